@@ -1,0 +1,159 @@
+"""Every use of aiortc's and aioice's private internals, in one place.
+
+aiortc is pinned (``aiortc==1.16.*``). Each function here names the private attribute it
+touches; ``check_internals`` verifies they all still exist and tests/test_aiortc_compat.py fails
+loudly when an aiortc upgrade moves one. No other module of the gateway reaches into aiortc.
+
+Touched:
+- ``aiortc.rtcrtpsender.RTP_HISTORY_SIZE`` and ``RTCRtpSender.__rtp_history``: the sender's
+  retransmission history is replaced by our FrameStore (5 s instead of 128 packets), keyed by the
+  full 16-bit sequence number.
+- ``RTCRtpTransceiver._codecs``: the negotiated codec list, where the answer's Opus fmtp and
+  rtcp-fb lines come from (aiortc intersects feedback with the offer and drops ``nack``).
+- ``aioice.ice.get_host_addresses``: restrict host candidates to configured addresses (aioice
+  always leaves out 127.0.0.1 and has no option for it).
+- ``RTCRtpReceiver._handle_rtp_packet`` / ``__jitter_buffer`` / ``_send_rtcp_nack``: raw RTP
+  taps for our own receive path (the headless client).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aioice.ice
+import aiortc.rtcrtpsender
+from aiortc import RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
+from aiortc.rtcrtpparameters import RTCRtcpFeedback, RTCRtpCodecParameters
+
+_SENDER_HISTORY = "_RTCRtpSender__rtp_history"
+_RECEIVER_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"
+_FULL_SEQUENCE_SPACE = 65536
+
+_original_get_host_addresses = aioice.ice.get_host_addresses
+
+
+def check_internals() -> list[str]:
+    """Names this module relies on that the installed aiortc/aioice no longer provide."""
+    problems: list[str] = []
+    if not isinstance(getattr(aiortc.rtcrtpsender, "RTP_HISTORY_SIZE", None), int):
+        problems.append("aiortc.rtcrtpsender.RTP_HISTORY_SIZE")
+    for name in ("_retransmit", "_run_rtp", "_next_encoded_frame"):
+        if not callable(getattr(RTCRtpSender, name, None)):
+            problems.append(f"RTCRtpSender.{name}")
+    for name in ("_handle_rtp_packet", "_send_rtcp_nack"):
+        if not callable(getattr(RTCRtpReceiver, name, None)):
+            problems.append(f"RTCRtpReceiver.{name}")
+    if not callable(getattr(aioice.ice, "get_host_addresses", None)):
+        problems.append("aioice.ice.get_host_addresses")
+    return problems
+
+
+def _require(obj: object, attr: str) -> None:
+    if not hasattr(obj, attr):
+        raise RuntimeError(
+            f"aiortc internals moved: {type(obj).__name__} has no {attr!r}; "
+            "gateway.aiortc_compat needs updating for this aiortc version"
+        )
+
+
+# --- sender: retransmission history -----------------------------------------------------------
+
+
+def install_sender_history(sender: RTCRtpSender, history: Any) -> None:
+    """Make ``history`` (``__setitem__(seq, packet)`` / ``get(seq)``) the sender's RTP history.
+
+    aiortc stores ``history[seq % RTP_HISTORY_SIZE] = packet`` before sending each packet and
+    reads ``history.get(seq % RTP_HISTORY_SIZE)`` on a NACK; with the size set to the full
+    sequence space the key is the sequence number itself.
+    """
+    _require(sender, _SENDER_HISTORY)
+    aiortc.rtcrtpsender.RTP_HISTORY_SIZE = _FULL_SEQUENCE_SPACE
+    setattr(sender, _SENDER_HISTORY, history)
+
+
+def sender_history(sender: RTCRtpSender) -> Any:
+    return getattr(sender, _SENDER_HISTORY)
+
+
+# --- answer: codec parameters -------------------------------------------------------------------
+
+
+def negotiated_codecs(transceiver: RTCRtpTransceiver) -> list[RTCRtpCodecParameters]:
+    _require(transceiver, "_codecs")
+    return list(transceiver._codecs)
+
+
+def pin_codecs(
+    transceiver: RTCRtpTransceiver,
+    codecs: Sequence[RTCRtpCodecParameters],
+) -> None:
+    """Replace the negotiated codec list (what the answer lists and the sender uses)."""
+    _require(transceiver, "_codecs")
+    transceiver._codecs = list(codecs)
+
+
+def feedback(*types: str) -> list[RTCRtcpFeedback]:
+    return [RTCRtcpFeedback(type=t) for t in types]
+
+
+# --- ICE: host candidate addresses ------------------------------------------------------------
+
+
+def restrict_ice_hosts(hosts: Sequence[str] | None) -> None:
+    """Gather host candidates on ``hosts`` only (None or empty: aioice's default, all interfaces).
+
+    Process-wide: aioice reads this function for every ICE gathering.
+    """
+    if not hosts:
+        aioice.ice.get_host_addresses = _original_get_host_addresses
+        return
+    addresses = [str(ipaddress.ip_address(h)) for h in hosts]
+
+    def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        return [
+            a
+            for a in addresses
+            if (use_ipv4 and ipaddress.ip_address(a).version == 4)
+            or (use_ipv6 and ipaddress.ip_address(a).version == 6)
+        ]
+
+    aioice.ice.get_host_addresses = get_host_addresses
+
+
+# --- receiver: raw RTP taps (our own receive path) --------------------------------------------
+
+
+class _DiscardJitterBuffer:
+    """Stands in for aiortc's audio jitter buffer: nothing reaches aiortc's decoder thread."""
+
+    def add(self, packet: Any) -> tuple[bool, None]:
+        return False, None
+
+
+RtpTap = Callable[[Any, int], None]
+
+
+def tap_rtp(receiver: RTCRtpReceiver, tap: RtpTap, bypass_decoder: bool = True) -> None:
+    """Call ``tap(packet, arrival_time_ms)`` for every RTP packet the receiver accepts.
+
+    aiortc still keeps its RTCP statistics (receiver reports); with ``bypass_decoder`` its
+    jitter buffer and decoder are skipped so our own receive path is the only consumer.
+    """
+    _require(receiver, "_handle_rtp_packet")
+    original: Callable[[Any, int], Awaitable[None]] = receiver._handle_rtp_packet
+    if bypass_decoder:
+        _require(receiver, _RECEIVER_JITTER_BUFFER)
+        setattr(receiver, _RECEIVER_JITTER_BUFFER, _DiscardJitterBuffer())
+
+    async def handle(packet: Any, arrival_time_ms: int) -> None:
+        tap(packet, arrival_time_ms)
+        await original(packet, arrival_time_ms)
+
+    receiver._handle_rtp_packet = handle  # type: ignore[method-assign]
+
+
+async def send_nack(receiver: RTCRtpReceiver, media_ssrc: int, seqs: Sequence[int]) -> None:
+    """Send one RTCP generic NACK for ``seqs`` through the receiver's transport."""
+    await receiver._send_rtcp_nack(media_ssrc, sorted(seqs))

@@ -1,0 +1,126 @@
+"""Raw RTP capture and offline decoding of what a client received.
+
+Packets are taken straight from the receiver (``aiortc_compat.tap_rtp``), before aiortc's
+jitter buffer and decoder, so the payload bytes and arrival times are exactly what crossed the
+wire. Decoding orders packets by unwrapped sequence number and conceals gaps with libopus PLC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder
+
+
+@dataclass(slots=True)
+class ReceivedPacket:
+    seq: int  # unwrapped (monotonic across the 65535 -> 0 wrap)
+    timestamp: int
+    payload: bytes
+    arrival: float  # time.monotonic()
+    payload_type: int
+    ssrc: int
+
+
+@dataclass
+class RtpCapture:
+    max_packets: int = 90_000  # 30 min of 20 ms packets; the capture is bounded
+    packets: list[ReceivedPacket] = field(default_factory=list)
+    dropped: int = 0
+    _last_seq: int | None = None
+    _waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+
+    def on_packet(self, packet: object, arrival_time_ms: int) -> None:
+        now = time.monotonic()
+        seq16 = int(packet.sequence_number)  # type: ignore[attr-defined]
+        if self._last_seq is None:
+            seq = seq16
+        else:
+            delta = (seq16 - self._last_seq) & 0xFFFF
+            seq = self._last_seq + (delta - 0x10000 if delta >= 0x8000 else delta)
+        self._last_seq = max(seq, self._last_seq) if self._last_seq is not None else seq
+        if len(self.packets) >= self.max_packets:
+            self.dropped += 1
+            return
+        self.packets.append(
+            ReceivedPacket(
+                seq, int(packet.timestamp), bytes(packet.payload), now,  # type: ignore[attr-defined]
+                int(packet.payload_type), int(packet.ssrc),  # type: ignore[attr-defined]
+            )
+        )
+        for item in list(self._waiters):
+            target, fut = item
+            if (seq - target) & 0xFFFF < 0x8000 and not fut.done():
+                fut.set_result(None)
+                self._waiters.remove(item)
+
+    async def wait_for_seq(self, seq16: int) -> None:
+        """Until a packet at or after 16-bit ``seq16`` has arrived."""
+        if self._last_seq is not None and (self._last_seq - seq16) & 0xFFFF < 0x8000:
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq16, fut))
+        await fut
+
+    def ordered(self) -> list[ReceivedPacket]:
+        seen: dict[int, ReceivedPacket] = {}
+        for p in self.packets:
+            seen.setdefault(p.seq, p)
+        return [seen[s] for s in sorted(seen)]
+
+    def missing(self) -> list[int]:
+        ordered = self.ordered()
+        if not ordered:
+            return []
+        have = {p.seq for p in ordered}
+        return [s for s in range(ordered[0].seq, ordered[-1].seq + 1) if s not in have]
+
+
+@dataclass
+class DecodedStream:
+    pcm: np.ndarray  # 24 kHz mono int16, one 480-sample frame per sequence number
+    first_seq: int
+    concealed: int
+
+
+def decode(packets: list[ReceivedPacket]) -> DecodedStream:
+    """Decode seq-ordered packets; each missing sequence number is concealed (PLC)."""
+    if not packets:
+        return DecodedStream(np.zeros(0, dtype=np.int16), 0, 0)
+    decoder = OpusFrameDecoder()
+    frames: list[np.ndarray] = []
+    concealed = 0
+    expected = packets[0].seq
+    for p in packets:
+        while expected < p.seq:
+            frames.append(decoder.conceal(FRAME_SAMPLES))
+            concealed += 1
+            expected += 1
+        frames.append(decoder.decode(p.payload))
+        expected = p.seq + 1
+    return DecodedStream(np.concatenate(frames), packets[0].seq, concealed)
+
+
+def frame_rms_dbfs(frame: np.ndarray) -> float:
+    if not frame.size:
+        return -120.0
+    rms = float(np.sqrt(np.mean(frame.astype(np.float64) ** 2)))
+    return 20 * np.log10(max(rms, 1e-3) / 32768)
+
+
+def first_audible(
+    packets: list[ReceivedPacket], stream: DecodedStream, threshold_dbfs: float = -45.0
+) -> ReceivedPacket | None:
+    """The first received packet whose decoded 20 ms frame is louder than ``threshold_dbfs``."""
+    by_seq = {p.seq: p for p in packets}
+    for i in range(stream.pcm.size // FRAME_SAMPLES):
+        frame = stream.pcm[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES]
+        if frame_rms_dbfs(frame) > threshold_dbfs:
+            packet = by_seq.get(stream.first_seq + i)
+            if packet is not None:
+                return packet
+    return None

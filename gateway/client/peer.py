@@ -1,0 +1,136 @@
+"""A headless WebRTC listener for the gateway's WHEP-style API, built on aiortc.
+
+It offers recvonly audio, posts the offer as ``application/sdp``, taps raw RTP (no aiortc jitter
+buffer or decoder) and asks for speech through the HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+from gateway import aiortc_compat
+from gateway.client.capture import RtpCapture
+
+
+class GatewayError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        message = body.get("error", {}).get("message") if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.body = body
+
+
+@dataclass
+class SpeechResult:
+    utterance: dict[str, Any]
+    said_at: float
+
+
+class GatewayClient:
+    def __init__(self, base_url: str, http: aiohttp.ClientSession | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = http
+        self._own_http = http is None
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.capture = RtpCapture()
+        self.session_url: str | None = None
+        self.connect_ms: float | None = None
+        self.answer_sdp: str | None = None
+        self._connected = asyncio.Event()
+        self._failed = asyncio.Event()
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession()
+        return self._http
+
+    async def _check(self, response: aiohttp.ClientResponse) -> Any:
+        if response.content_type == "application/json":
+            body = await response.json()
+        else:
+            body = await response.text()
+        if response.status >= 400:
+            raise GatewayError(response.status, body)
+        return body
+
+    async def connect(self, timeout: float = 10.0) -> None:
+        started = time.monotonic()
+        transceiver = self.pc.addTransceiver("audio", direction="recvonly")
+        aiortc_compat.tap_rtp(transceiver.receiver, self.capture.on_packet)
+
+        @self.pc.on("connectionstatechange")
+        def on_state() -> None:
+            if self.pc.connectionState == "connected":
+                self._connected.set()
+            elif self.pc.connectionState in ("failed", "closed"):
+                self._failed.set()
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with self.http.post(
+            f"{self.base_url}/v1/sessions",
+            data=self.pc.localDescription.sdp,
+            headers={"Content-Type": "application/sdp"},
+        ) as response:
+            answer = await self._check(response)
+            self.session_url = self.base_url + response.headers["Location"]
+        self.answer_sdp = answer
+        await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        waiters = {
+            asyncio.ensure_future(self._connected.wait()),
+            asyncio.ensure_future(self._failed.wait()),
+        }
+        try:
+            done, _ = await asyncio.wait(
+                waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for w in waiters:
+                w.cancel()
+        if not self._connected.is_set():
+            raise ConnectionError(f"peer connection {self.pc.connectionState} after connect")
+        self.connect_ms = (time.monotonic() - started) * 1000
+
+    async def say(
+        self, text: str, voice: str | None = None, interrupt: bool = False
+    ) -> SpeechResult:
+        body: dict[str, Any] = {"text": text, "interrupt": interrupt}
+        if voice:
+            body["voice"] = voice
+        said_at = time.monotonic()
+        async with self.http.post(f"{self.session_url}/speech", json=body) as response:
+            utterance = await self._check(response)
+        return SpeechResult(utterance, said_at)
+
+    async def wait_utterance(self, utterance_id: str, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until the utterance finished on the server and its last packet arrived here."""
+        url = f"{self.session_url}/speech/{utterance_id}"
+        async with self.http.get(url, params={"wait": "1", "timeout": str(timeout)}) as response:
+            state = await self._check(response)
+        if state.get("last_seq") is not None:
+            await asyncio.wait_for(self.capture.wait_for_seq(state["last_seq"]), timeout=5.0)
+        return state
+
+    async def interrupt(self) -> int:
+        async with self.http.delete(f"{self.session_url}/speech") as response:
+            return int((await self._check(response))["interrupted"])
+
+    async def state(self) -> dict[str, Any]:
+        async with self.http.get(self.session_url) as response:
+            return await self._check(response)
+
+    async def close(self, delete: bool = True) -> None:
+        if delete and self.session_url is not None:
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with self.http.delete(self.session_url) as response:
+                    await response.read()
+        await self.pc.close()
+        if self._own_http and self._http is not None:
+            await self._http.close()

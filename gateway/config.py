@@ -1,0 +1,147 @@
+"""Gateway settings: one dataclass, filled from command-line flags or GATEWAY_* variables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiortc import RTCConfiguration, RTCIceServer
+
+from gateway import __version__
+from gateway.media.opus_codec import EncoderSettings
+from gateway.session import SessionOptions
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    ice_hosts: tuple[str, ...] = ()  # empty: every interface (aioice's default)
+    ice_servers: tuple[str, ...] = ()  # stun:/turn: URLs; none unless configured
+    turn_username: str | None = None
+    turn_credential: str | None = None
+    voices: tuple[str, ...] = ("piper",)
+    max_sessions: int = 100
+    bitrate: int = 32_000
+    expected_loss: int = 10
+    max_body_bytes: int = 1 << 20
+    max_text_chars: int = 100_000
+    connect_timeout_s: float = 30.0
+    web_dir: Path = field(default=WEB_DIR)
+    log_level: str = "INFO"
+
+    def rtc_configuration(self) -> RTCConfiguration:
+        servers = [
+            RTCIceServer(
+                urls=url,
+                username=self.turn_username if url.startswith("turn") else None,
+                credential=self.turn_credential if url.startswith("turn") else None,
+            )
+            for url in self.ice_servers
+        ]
+        return RTCConfiguration(iceServers=servers)  # [] disables aiortc's public STUN default
+
+    def session_options(self) -> SessionOptions:
+        return SessionOptions(
+            encoder=EncoderSettings(bitrate=self.bitrate, expected_loss_percent=self.expected_loss),
+            connect_timeout_s=self.connect_timeout_s,
+        )
+
+
+def _csv(value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(f"GATEWAY_{name}", default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = GatewayConfig()
+    p = argparse.ArgumentParser(
+        prog="python -m gateway",
+        description="Real-time TTS voice gateway: speech as 24 kHz Opus over WebRTC "
+        "(WHEP-style API at /v1/sessions, demo page at /). Every flag can also be set "
+        "through the environment variable shown; a flag wins over its variable.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"voice-gateway {__version__}")
+    p.add_argument("--host", default=_env("HOST", d.host), help="HTTP bind address [GATEWAY_HOST]")
+    p.add_argument(
+        "--port", type=int, default=int(_env("PORT", str(d.port)) or d.port),
+        help="HTTP port [GATEWAY_PORT]",
+    )
+    p.add_argument(
+        "--ice-hosts", default=_env("ICE_HOSTS", ""),
+        help="comma-separated addresses for ICE host candidates; empty = all interfaces "
+        "(aioice's default, which leaves out 127.0.0.1) [GATEWAY_ICE_HOSTS]",
+    )
+    p.add_argument(
+        "--ice-servers", default=_env("ICE_SERVERS", ""),
+        help="comma-separated STUN/TURN URLs (stun:host:port, turn:host:port); none by "
+        "default, so nothing leaves the machine unless configured [GATEWAY_ICE_SERVERS]",
+    )
+    p.add_argument("--turn-username", default=_env("TURN_USERNAME"),
+                   help="TURN username [GATEWAY_TURN_USERNAME]")
+    p.add_argument("--turn-credential", default=_env("TURN_CREDENTIAL"),
+                   help="TURN credential [GATEWAY_TURN_CREDENTIAL]")
+    p.add_argument(
+        "--voice", action="append", dest="voices", metavar="[NAME=]SPEC",
+        help="a voice, repeatable; the first is the default. SPEC: piper | tone:440[?seconds=1"
+        "&rate=24000] | wav:PATH | cosyvoice+http://host:port?... | cosyvoice+grpc://... "
+        "[GATEWAY_VOICES, ';'-separated] (default: piper)",
+    )
+    p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "100") or 100),
+                   help="concurrent session cap; more get 503 [GATEWAY_MAX_SESSIONS]")
+    p.add_argument("--bitrate", type=int, default=int(_env("BITRATE", str(d.bitrate)) or 0),
+                   help="Opus bitrate, bit/s [GATEWAY_BITRATE]")
+    p.add_argument("--expected-loss", type=int,
+                   default=int(_env("EXPECTED_LOSS", str(d.expected_loss)) or 0),
+                   help="expected packet loss %% given to the Opus encoder (sizes FEC) "
+                   "[GATEWAY_EXPECTED_LOSS]")
+    p.add_argument("--max-body-bytes", type=int,
+                   default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes)) or 0),
+                   help="largest request body accepted; larger gets 413 [GATEWAY_MAX_BODY_BYTES]")
+    p.add_argument("--max-text-chars", type=int,
+                   default=int(_env("MAX_TEXT_CHARS", str(d.max_text_chars)) or 0),
+                   help="longest speech text accepted [GATEWAY_MAX_TEXT_CHARS]")
+    p.add_argument("--connect-timeout", type=float,
+                   default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
+                   help="seconds a session may take to connect before it is closed "
+                   "[GATEWAY_CONNECT_TIMEOUT]")
+    p.add_argument("--web-dir", type=Path, default=Path(_env("WEB_DIR", str(d.web_dir)) or "."),
+                   help="the demo page's directory [GATEWAY_WEB_DIR]")
+    p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
+    return p
+
+
+def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
+    args = build_parser().parse_args(argv)
+    voices = tuple(args.voices or ()) or tuple(
+        v.strip() for v in (_env("VOICES", "") or "").split(";") if v.strip()
+    )
+    return GatewayConfig(
+        host=args.host,
+        port=args.port,
+        ice_hosts=_csv(args.ice_hosts),
+        ice_servers=_csv(args.ice_servers),
+        turn_username=args.turn_username,
+        turn_credential=args.turn_credential,
+        voices=voices or GatewayConfig.voices,
+        max_sessions=args.max_sessions,
+        bitrate=args.bitrate,
+        expected_loss=args.expected_loss,
+        max_body_bytes=args.max_body_bytes,
+        max_text_chars=args.max_text_chars,
+        connect_timeout_s=args.connect_timeout,
+        web_dir=args.web_dir,
+        log_level=args.log_level,
+    )

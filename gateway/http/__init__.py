@@ -1,0 +1,1 @@
+"""The aiohttp signalling and control API (WHEP-style)."""

@@ -1,0 +1,43 @@
+"""Builds the aiohttp application: API routes, JSON errors, the demo page, clean shutdown."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gateway import aiortc_compat
+from gateway.config import GatewayConfig
+from gateway.http.errors import json_errors
+from gateway.http.routes import LIMITS, REGISTRY, VOICES, routes
+from gateway.sessions import SessionRegistry
+from gateway.tts.registry import VoiceRegistry
+
+
+def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> web.Application:
+    """The gateway as an aiohttp app. ``voices`` defaults to those in ``config``."""
+    aiortc_compat.restrict_ice_hosts(config.ice_hosts)
+    app = web.Application(middlewares=[json_errors], client_max_size=config.max_body_bytes)
+    app[REGISTRY] = SessionRegistry(
+        config.rtc_configuration(), config.session_options(), config.max_sessions
+    )
+    app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
+    app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    app.add_routes(routes)
+    index = config.web_dir / "index.html"
+    if index.exists():
+
+        async def page(request: web.Request) -> web.FileResponse:
+            return web.FileResponse(index)
+
+        app.router.add_get("/", page)
+        app.router.add_static("/web/", config.web_dir, show_index=False)
+
+    async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        yield
+        await app[REGISTRY].close_all()
+        if voices is None:  # we built them, we close them
+            await app[VOICES].close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app

@@ -1,0 +1,214 @@
+"""The HTTP API: WHEP-style sessions, trickle ICE, speech, state, health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+from aiortc import sdp as aiortc_sdp
+
+from gateway import __version__
+from gateway.http.errors import ApiError
+from gateway.sdp_policy import SdpRejected
+from gateway.session import Session
+from gateway.sessions import SessionLimitReached, SessionRegistry
+from gateway.speech import FINAL_STATES, SpeechQueueFull
+from gateway.tts.registry import UnknownVoice, VoiceRegistry
+
+SDP = "application/sdp"
+SDPFRAG = "application/trickle-ice-sdpfrag"
+JSON = "application/json"
+
+REGISTRY = web.AppKey("registry", SessionRegistry)
+VOICES = web.AppKey("voices", VoiceRegistry)
+LIMITS = web.AppKey("limits", dict)
+
+routes = web.RouteTableDef()
+
+
+def _require_type(request: web.Request, *allowed: str) -> str:
+    if request.content_type not in allowed:
+        got = request.content_type or "none"
+        raise ApiError(
+            415, "unsupported_media_type",
+            f"Content-Type {got} is not accepted here; use {' or '.join(allowed)}",
+        )
+    return request.content_type
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    return body
+
+
+def _session(request: web.Request) -> Session:
+    session = request.app[REGISTRY].get(request.match_info["session_id"])
+    if session is None:
+        raise ApiError(404, "unknown_session", "no such session (it may have ended)")
+    return session
+
+
+def _location(session: Session) -> str:
+    return f"/v1/sessions/{session.id}"
+
+
+@routes.post("/v1/sessions")
+async def create_session(request: web.Request) -> web.Response:
+    kind = _require_type(request, SDP, JSON)
+    if kind == SDP:
+        offer = await request.text()
+    else:
+        body = await _json_body(request)
+        if body.get("type") != "offer":
+            raise ApiError(400, "not_an_offer", f"type must be 'offer', got {body.get('type')!r}")
+        offer = body.get("sdp")
+        if not isinstance(offer, str):
+            raise ApiError(400, "invalid_sdp", "sdp must be a string holding the offer")
+    try:
+        session, answer = await request.app[REGISTRY].create(offer)
+    except SdpRejected as exc:
+        raise ApiError(400, exc.code, exc.message) from exc
+    except SessionLimitReached as exc:
+        raise ApiError(503, "session_limit", str(exc)) from exc
+    headers = {"Location": _location(session), "ETag": f'"{session.id}"'}
+    if kind == SDP:
+        return web.Response(status=201, text=answer, content_type=SDP, headers=headers)
+    return web.json_response(
+        {"id": session.id, "type": "answer", "sdp": answer, "location": _location(session)},
+        status=201,
+        headers=headers,
+    )
+
+
+@routes.get("/v1/sessions/{session_id}")
+async def get_session(request: web.Request) -> web.Response:
+    return web.json_response(_session(request).state())
+
+
+@routes.delete("/v1/sessions/{session_id}")
+async def delete_session(request: web.Request) -> web.Response:
+    session = _session(request)
+    await session.close("deleted by client")
+    return web.Response(status=204)
+
+
+def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, str | None]:
+    """Candidates, end-of-candidates flag and ice-ufrag from a trickle-ice-sdpfrag body."""
+    candidates: list[Any] = []
+    end = False
+    ufrag: str | None = None
+    mid = default_mid
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("a=mid:"):
+            mid = line[6:]
+        elif line.startswith("a=ice-ufrag:"):
+            ufrag = line[12:]
+        elif line.startswith("a=candidate:"):
+            try:
+                candidate = aiortc_sdp.candidate_from_sdp(line[12:])
+            except (ValueError, IndexError) as exc:
+                raise ApiError(400, "invalid_candidate", f"cannot parse {line!r}: {exc}") from exc
+            candidate.sdpMid = mid
+            candidates.append(candidate)
+        elif line == "a=end-of-candidates":
+            end = True
+    return candidates, end, ufrag
+
+
+@routes.patch("/v1/sessions/{session_id}")
+async def trickle_ice(request: web.Request) -> web.Response:
+    session = _session(request)
+    _require_type(request, SDPFRAG)
+    mid = session.offer.audio_mid if session.offer else None
+    candidates, end, ufrag = parse_sdpfrag(await request.text(), mid)
+    remote = session.pc.remoteDescription
+    if ufrag and remote is not None and f"a=ice-ufrag:{ufrag}" not in remote.sdp:
+        raise ApiError(422, "ice_restart_unsupported", "ICE restarts are not supported")
+    await session.add_ice_candidates(candidates, end)
+    return web.Response(status=204)
+
+
+@routes.post("/v1/sessions/{session_id}/speech")
+async def speak(request: web.Request) -> web.Response:
+    session = _session(request)
+    _require_type(request, JSON)
+    body = await _json_body(request)
+    text, interrupt, voice_name = body.get("text"), body.get("interrupt", False), body.get("voice")
+    limit = request.app[LIMITS]["max_text_chars"]
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if len(text) > limit:
+        raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
+    if not isinstance(interrupt, bool):
+        raise ApiError(400, "invalid_interrupt", "interrupt must be true or false")
+    if voice_name is not None and not isinstance(voice_name, str):
+        raise ApiError(400, "invalid_voice", "voice must be a string")
+    voices = request.app[VOICES]
+    try:
+        voice = voices.get(voice_name)
+    except UnknownVoice as exc:
+        raise ApiError(
+            400, "unknown_voice", f"no voice {voice_name!r}; available: {', '.join(voices.names)}"
+        ) from exc
+    try:
+        utterance = session.speaker.say(text, voice, interrupt=interrupt)
+    except SpeechQueueFull as exc:
+        raise ApiError(429, "speech_queue_full", str(exc)) from exc
+    location = f"{_location(session)}/speech/{utterance.id}"
+    return web.json_response(
+        {"id": utterance.id, "state": utterance.state.value, "voice": voice.name,
+         "location": location},
+        status=202,
+        headers={"Location": location},
+    )
+
+
+@routes.delete("/v1/sessions/{session_id}/speech")
+async def interrupt(request: web.Request) -> web.Response:
+    session = _session(request)
+    return web.json_response({"interrupted": session.speaker.interrupt()})
+
+
+@routes.get("/v1/sessions/{session_id}/speech/{utterance_id}")
+async def get_utterance(request: web.Request) -> web.Response:
+    """An utterance's state; ``?wait=1`` holds the reply until it has finished (max 60 s)."""
+    session = _session(request)
+    utterance = session.speaker.get(request.match_info["utterance_id"])
+    if utterance is None:
+        raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
+    if request.query.get("wait") not in (None, "", "0", "false"):
+        try:
+            timeout = min(float(request.query.get("timeout", "60")), 60.0)
+        except ValueError as exc:
+            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds") from exc
+        if utterance.state not in FINAL_STATES:
+            closed = asyncio.ensure_future(session.closed.wait())
+            finished = asyncio.ensure_future(utterance.finished.wait())
+            try:
+                await asyncio.wait({closed, finished}, timeout=timeout,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+                finished.cancel()
+    return web.json_response(utterance.as_json())
+
+
+@routes.get("/v1/voices")
+async def list_voices(request: web.Request) -> web.Response:
+    voices = request.app[VOICES]
+    return web.json_response({"default": voices.default, "voices": voices.names})
+
+
+@routes.get("/healthz")
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response(
+        {"status": "ok", "version": __version__, "sessions": len(request.app[REGISTRY])}
+    )

@@ -1,0 +1,92 @@
+"""Real-time pacing on the monotonic clock: an absolute schedule, so errors never accumulate.
+
+Slot ``n`` is due at ``origin + n * period``. Waiting computes each deadline from the origin, not
+from the previous wake-up, so a late wake-up is not carried into the next slot (no drift). If the
+process stalls for longer than ``max_lateness`` the schedule is re-anchored at "now" instead of
+bursting out every overdue frame at once (a receiver would see the burst as jitter and loss).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class PacerStats:
+    slots: int = 0
+    late_slots: int = 0  # woke up more than 5 ms after the deadline
+    rebases: int = 0  # schedule re-anchored after a stall
+    max_lateness_s: float = 0.0
+
+
+class PacingClock:
+    """The absolute 20 ms schedule of one stream."""
+
+    def __init__(
+        self,
+        period: float = 0.020,
+        max_lateness: float = 0.100,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if period <= 0:
+            raise ValueError("period must be positive")
+        self.period = period
+        self.max_lateness = max_lateness
+        self._clock = clock
+        self._sleep = sleep
+        self._origin: float | None = None
+        self._slot = 0  # index of the next slot to be released
+        self.stats = PacerStats()
+
+    @property
+    def started(self) -> bool:
+        return self._origin is not None
+
+    @property
+    def next_slot(self) -> int:
+        return self._slot
+
+    def now(self) -> float:
+        return self._clock()
+
+    def deadline(self, slot: int | None = None) -> float:
+        """When ``slot`` (default: the next one) is due. Starts the schedule if needed."""
+        if self._origin is None:
+            self._origin = self._clock()
+        return self._origin + (self._slot if slot is None else slot) * self.period
+
+    def time_to_next(self) -> float:
+        """Seconds until the next slot is due (negative when overdue)."""
+        return self.deadline() - self._clock()
+
+    async def wait_due(self) -> None:
+        """Sleep until the next slot is due (returns at once when it already is)."""
+        delay = self.time_to_next()
+        if delay > 0:
+            await self._sleep(delay)
+
+    async def wait_next(self) -> int:
+        """Sleep until the next slot is due, release it and return its index (0, 1, 2, ...)."""
+        await self.wait_due()
+        return self.release()
+
+    def release(self) -> int:
+        """Account for releasing the next slot now (on time, early or late); return its index."""
+        due = self.deadline()
+        lateness = self._clock() - due
+        slot = self._slot
+        self._slot += 1
+        self.stats.slots += 1
+        if lateness > 0.005:
+            self.stats.late_slots += 1
+            self.stats.max_lateness_s = max(self.stats.max_lateness_s, lateness)
+        if lateness > self.max_lateness:
+            # A stall: re-anchor so the following slot is one period from now.
+            assert self._origin is not None
+            self._origin += lateness
+            self.stats.rebases += 1
+        return slot

@@ -1,0 +1,37 @@
+"""Streaming sample-rate conversion to the gateway's 24 kHz, with libsoxr (never by hand)."""
+
+from __future__ import annotations
+
+import numpy as np
+import soxr
+
+TARGET_RATE = 24_000
+
+
+class Resampler:
+    """Converts a stream of int16 mono chunks from ``in_rate`` to ``out_rate`` (default 24 kHz).
+
+    Passthrough when the rates match. ``flush`` drains the filter's delay line at the end of an
+    utterance so its last milliseconds are not lost.
+    """
+
+    def __init__(self, in_rate: int, out_rate: int = TARGET_RATE, quality: str = "HQ") -> None:
+        if in_rate <= 0 or out_rate <= 0:
+            raise ValueError(f"sample rates must be positive, got {in_rate} -> {out_rate}")
+        self.in_rate = in_rate
+        self.out_rate = out_rate
+        self._stream: soxr.ResampleStream | None = None
+        if in_rate != out_rate:
+            self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="int16", quality=quality)
+
+    def push(self, samples: np.ndarray) -> np.ndarray:
+        if self._stream is None:
+            return samples
+        if not samples.size:
+            return samples
+        return self._stream.resample_chunk(np.ascontiguousarray(samples, dtype=np.int16))
+
+    def flush(self) -> np.ndarray:
+        if self._stream is None:
+            return np.zeros(0, dtype=np.int16)
+        return self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)

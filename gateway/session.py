@@ -1,0 +1,181 @@
+"""One listener: a peer connection, its paced Opus track, frame store and speaker.
+
+A session owns everything it starts (the speaker task, the track, the peer connection) and
+``close`` ends all of it; closing twice is harmless. A peer that fails or closes its side ends
+its own session only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+from gateway import aiortc_compat
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.frame_store import FrameStore
+from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_packet
+from gateway.media.track import PassthroughOpusTrack
+from gateway.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
+from gateway.speech import Speaker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
+    queue_frames: int = 50  # ≈1 s of audio between encoder and track
+    store_frames: int = 250  # 5 s of sent packets kept for retransmission
+    max_pending_utterances: int = 32
+    connect_timeout_s: float = 30.0  # a session that never connects is reaped
+
+
+class Session:
+    def __init__(
+        self,
+        pc: RTCPeerConnection,
+        options: SessionOptions,
+        on_closed: Callable[[Session], None] | None = None,
+    ) -> None:
+        self.id = secrets.token_urlsafe(12)
+        self.pc = pc
+        self.options = options
+        self.created_at = time.monotonic()
+        self.connected_at: float | None = None
+        self.closed = asyncio.Event()
+        self.close_reason: str | None = None
+        self.queue = FrameQueue(options.queue_frames)
+        self.store = FrameStore(options.store_frames)
+        self.track = PassthroughOpusTrack(self.queue, self.store, silence_packet(options.encoder))
+        self.speaker = Speaker(
+            self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances
+        )
+        self.offer: OfferSummary | None = None
+        self._on_closed = on_closed
+        self._closing: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def create(
+        cls,
+        offer_sdp: str,
+        rtc_config: RTCConfiguration,
+        options: SessionOptions,
+        on_closed: Callable[[Session], None] | None = None,
+    ) -> tuple[Session, str]:
+        """Answer ``offer_sdp``; returns the session and the answer SDP. Raises SdpRejected."""
+        summary = inspect_offer(offer_sdp)
+        pc = RTCPeerConnection(rtc_config)
+        session = cls(pc, options, on_closed)
+        session.offer = summary
+        try:
+            answer = await session._negotiate(offer_sdp)
+        except BaseException:
+            await session.close("negotiation failed")
+            raise
+        session._start()
+        return session, answer
+
+    async def _negotiate(self, offer_sdp: str) -> str:
+        pc = self.pc
+        transceiver = pc.addTransceiver(self.track, direction="sendonly")
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
+        except Exception as exc:  # aiortc's OperationError / InvalidStateError and kin
+            raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
+        codecs = aiortc_compat.negotiated_codecs(transceiver)
+        aiortc_compat.pin_codecs(transceiver, [answer_codec(codecs)])
+        aiortc_compat.install_sender_history(transceiver.sender, self.store)
+        answer = await pc.createAnswer()
+        await pc.setLocalDescription(answer)
+        return pc.localDescription.sdp
+
+    def _start(self) -> None:
+        self.speaker.start()
+
+        @self.pc.on("connectionstatechange")
+        def on_state() -> None:
+            state = self.pc.connectionState
+            if state == "connected" and self.connected_at is None:
+                self.connected_at = time.monotonic()
+            elif state in ("failed", "closed"):
+                self.close_soon(f"peer connection {state}")
+
+        self._watchdog = asyncio.create_task(self._reap_if_never_connected(), name="watchdog")
+
+    async def _reap_if_never_connected(self) -> None:
+        await asyncio.sleep(self.options.connect_timeout_s)
+        if self.connected_at is None:
+            self.close_soon("never connected")
+
+    def close_soon(self, reason: str) -> None:
+        if self._closing is None and not self.closed.is_set():
+            self._closing = asyncio.get_running_loop().create_task(self.close(reason))
+
+    async def close(self, reason: str = "closed") -> None:
+        if self.close_reason is not None:
+            await self.closed.wait()
+            return
+        self.close_reason = reason
+        log.info("session %s closing: %s", self.id, reason)
+        try:
+            current = asyncio.current_task()
+            if self._watchdog is not None and self._watchdog is not current:
+                self._watchdog.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watchdog
+            await self.speaker.close()
+            self.track.stop()
+            await self.pc.close()
+        finally:
+            self.closed.set()
+            if self._on_closed is not None:
+                self._on_closed(self)
+
+    async def add_ice_candidates(self, candidates: list[Any], end: bool) -> None:
+        for candidate in candidates:
+            await self.pc.addIceCandidate(candidate)
+        if end:
+            await self.pc.addIceCandidate(None)
+
+    def state(self) -> dict[str, Any]:
+        speaker, track = self.speaker, self.track
+        current = speaker.current
+        return {
+            "id": self.id,
+            "connection_state": self.pc.connectionState,
+            "ice_connection_state": self.pc.iceConnectionState,
+            "age_s": round(time.monotonic() - self.created_at, 3),
+            "connect_ms": (
+                None
+                if self.connected_at is None
+                else round((self.connected_at - self.created_at) * 1000, 1)
+            ),
+            "opus_payload_type": self.offer.opus_payload_type if self.offer else None,
+            "utterances": {
+                "pending": speaker.pending,
+                "current": current.id if current else None,
+                **{state: n for state, n in speaker.counts.items()},
+                "recent": [u.as_json() for u in list(speaker.recent)[-10:]],
+            },
+            "packets_sent": track.stats.frames_sent,
+            "speech_frames_sent": track.stats.speech_frames,
+            "silence_frames_sent": track.stats.silence_frames,
+            "queued_frames": len(self.queue),
+            "frame_store": {"size": len(self.store), "capacity": self.store.capacity},
+            "pacer": {
+                "late_slots": track.pacer.stats.late_slots,
+                "rebases": track.pacer.stats.rebases,
+                "max_lateness_ms": round(track.pacer.stats.max_lateness_s * 1000, 3),
+            },
+        }

@@ -1,0 +1,62 @@
+"""The registry of live sessions, with a cap."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+from aiortc import RTCConfiguration
+
+from gateway.session import Session, SessionOptions
+
+
+class SessionLimitReached(Exception):
+    pass
+
+
+class SessionRegistry:
+    def __init__(
+        self, rtc_config: RTCConfiguration, options: SessionOptions, max_sessions: int = 100
+    ) -> None:
+        self.rtc_config = rtc_config
+        self.options = options
+        self.max_sessions = max_sessions
+        self._sessions: dict[str, Session] = {}
+        self._creating = 0
+        self.created_total = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __iter__(self) -> Iterator[Session]:
+        return iter(list(self._sessions.values()))
+
+    def get(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    async def create(self, offer_sdp: str) -> tuple[Session, str]:
+        if len(self._sessions) + self._creating >= self.max_sessions:
+            raise SessionLimitReached(f"the gateway is at its cap of {self.max_sessions} sessions")
+        self._creating += 1
+        try:
+            session, answer = await Session.create(
+                offer_sdp, self.rtc_config, self.options, on_closed=self._forget
+            )
+        finally:
+            self._creating -= 1
+        self._sessions[session.id] = session
+        self.created_total += 1
+        return session, answer
+
+    def _forget(self, session: Session) -> None:
+        self._sessions.pop(session.id, None)
+
+    async def close(self, session_id: str) -> bool:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return False
+        await session.close("deleted")
+        return True
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(s.close("gateway shutting down") for s in self))

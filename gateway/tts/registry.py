@@ -1,0 +1,95 @@
+"""Voices by name, built from ``--voice`` specs.
+
+Spec forms (``NAME=`` prefix optional; the default name is the backend's):
+  piper | piper:joe                     the embedded neural voice (the ``voice`` extra)
+  tone:440 | tone:440?seconds=2&rate=48000
+  wav:/path/to/file.wav
+  cosyvoice+http://host:50000?...       a CosyVoice server (FastAPI), see gateway.tts.cosyvoice_spec
+  cosyvoice+grpc://host:50001?...       a CosyVoice server (gRPC)
+The first voice is the default for speech requests that name none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import parse_qs, urlsplit
+
+from gateway.tts.base import Synthesizer
+
+
+class UnknownVoice(KeyError):
+    pass
+
+
+def _split_name(spec: str) -> tuple[str | None, str]:
+    head, sep, rest = spec.partition("=")
+    if sep and head and ":" not in head and "/" not in head and "?" not in head:
+        return head.strip(), rest.strip()
+    return None, spec.strip()
+
+
+def build_voice(spec: str) -> Synthesizer:
+    name, body = _split_name(spec)
+    kind, _, arg = body.partition(":")
+    if kind == "piper":
+        from gateway.tts.piper_voice import PiperSynthesizer
+
+        model = arg or "joe"
+        return PiperSynthesizer(name=name or model, model=model)
+    if kind == "tone":
+        from gateway.tts.tone import ToneSynthesizer
+
+        freq_text, _, query = arg.partition("?")
+        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        try:
+            return ToneSynthesizer(
+                name=name or "tone",
+                frequency=float(freq_text or 440),
+                seconds=float(params.get("seconds", 1.0)),
+                sample_rate=int(params.get("rate", 24000)),
+            )
+        except ValueError as exc:
+            raise ValueError(f"bad tone voice spec {spec!r}: {exc}") from exc
+    if kind == "wav":
+        from gateway.tts.tone import WavFileSynthesizer
+
+        if not arg:
+            raise ValueError(f"bad wav voice spec {spec!r}: give a path, wav:/path/file.wav")
+        return WavFileSynthesizer(arg, name=name or "wav")
+    if kind.startswith("cosyvoice+"):
+        from gateway.tts.cosyvoice_spec import build_cosyvoice
+
+        return build_cosyvoice(body, name=name or urlsplit(body).hostname or "cosyvoice")
+    raise ValueError(
+        f"unknown voice spec {spec!r}: use piper, tone:HZ, wav:PATH or cosyvoice+http(s)/grpc://"
+    )
+
+
+class VoiceRegistry:
+    def __init__(self, voices: Iterable[Synthesizer]) -> None:
+        self._voices: dict[str, Synthesizer] = {}
+        for voice in voices:
+            if voice.name in self._voices:
+                raise ValueError(f"two voices are named {voice.name!r}")
+            self._voices[voice.name] = voice
+        if not self._voices:
+            raise ValueError("at least one voice is needed")
+        self.default = next(iter(self._voices))
+
+    @classmethod
+    def from_specs(cls, specs: Iterable[str]) -> VoiceRegistry:
+        return cls(build_voice(s) for s in specs)
+
+    def get(self, name: str | None) -> Synthesizer:
+        voice = self._voices.get(name or self.default)
+        if voice is None:
+            raise UnknownVoice(name)
+        return voice
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._voices)
+
+    async def close(self) -> None:
+        for voice in self._voices.values():
+            await voice.close()
