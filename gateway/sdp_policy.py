@@ -69,6 +69,12 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
                 f"the audio section is '{media.direction}': the offerer must be able to receive "
                 "(sendrecv or recvonly)",
             )
+        if media.ice is None or not media.ice.usernameFragment or not media.ice.password:
+            raise SdpRejected("no_ice_credentials", "the audio section has no ice-ufrag/ice-pwd")
+        if media.dtls is None or not media.dtls.fingerprints:
+            raise SdpRejected(
+                "no_dtls_fingerprint", "the audio section has no DTLS fingerprint (a=fingerprint)"
+            )
         for codec in media.rtp.codecs:
             if codec.mimeType.lower() == OPUS_MIME and codec.clockRate == 48000:
                 return OfferSummary(

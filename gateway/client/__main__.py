@@ -54,6 +54,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             None if audible is None else round((audible.arrival - result.said_at) * 1000, 1)
         ),
         "server_overhead_ms": state.get("server_overhead_ms"),
+        "server_latency_ms": state.get("latency_ms"),
         "utterance_state": state.get("state"),
         "packets": len(capture.packets),
         "missing": len(capture.missing()),

@@ -16,14 +16,20 @@ Playout follows sequence numbers, not timestamps (each seq is one 20 ms frame). 
 underrun it holds the playout point and buffers again; when packets resume, missing frames at the
 head whose time slots already passed as underruns are skipped (counted lost) so a burst loss does
 not add latency, while a pure delay spike does (nothing is dropped). The latency is trimmed back by
-discarding one frame whenever the depth stays above ``target_frames + 1`` for ``catchup_pops``
-pops in a row.
+discarding one frame whenever the depth stays above ``target_frames`` for ``catchup_pops`` pops
+in a row (the minimum depth over that time shows the excess is not just arrival phase).
 
 The target (``min_frames``..``max_frames``) follows the ``quantile`` of the recent delay variation
 (each packet's transit time minus the smallest transit in the last ``window`` packets): it grows at
 once when jitter rises and shrinks by one frame per ``shrink_interval_s`` when calm. Pass
 ``retransmitted=True`` for NACK repairs so their extra round trip does not count as jitter.
-``jitter_ms`` is the RFC 3550 interarrival jitter estimate.
+``jitter_ms`` is the RFC 3550 interarrival jitter estimate. A transit-time jump above
+``max_transit_jump_s`` (a timestamp discontinuity) restarts the delay measurement instead.
+
+A packet ``resync_frames`` (default 250 = 5 s) or more ahead of the newest one, or three in a row
+that far behind, mean the sender restarted: the buffer flushes and starts over on the new numbers.
+Memory is bounded: at most ``capacity`` frames are buffered (older ones are discarded to make room)
+and ``capacity`` played sequence numbers are remembered for duplicate detection.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class JitterStats:
     dropped: int = 0  # buffered frames discarded to cut latency or on overflow
     played: int = 0
     underruns: int = 0  # transitions from playing to underrun
+    resyncs: int = 0  # stream (re)starts: the first packet, and jumps of >= resync_frames
     target_frames: int = 0
     depth: int = 0  # frames from the playout point to the newest buffered frame
     jitter_ms: float = 0.0
@@ -95,6 +102,8 @@ class JitterBuffer:
         quantile: float = 0.95,
         shrink_interval_s: float = 2.0,
         catchup_pops: int = 25,
+        resync_frames: int = 250,
+        max_transit_jump_s: float = 1.0,
     ) -> None:
         if not 1 <= min_frames <= max_frames <= capacity:
             raise ValueError("need 1 <= min_frames <= max_frames <= capacity")
@@ -109,10 +118,18 @@ class JitterBuffer:
         self._shrink_interval = shrink_interval_s
         self._catchup_pops = catchup_pops
         self._window = window
+        self._resync_frames = max(resync_frames, capacity)
+        self._max_transit_jump_s = max_transit_jump_s
         self.reset()
 
     def reset(self) -> None:
-        """Forget the stream (e.g. on an SSRC change); statistics restart too."""
+        """Forget the stream and restart the statistics."""
+        self._stats = JitterStats()
+        self._target = self._min
+        self._resync()
+
+    def _resync(self) -> None:
+        """Start over on a new timeline (sender restart): keeps statistics and target."""
         self._packets: dict[int, _Packet] = {}  # unwrapped seq -> packet
         self._seqs = Unwrapper(16)
         self._tss = Unwrapper(32)
@@ -122,15 +139,17 @@ class JitterBuffer:
         self._started = False
         self._underrun_pops = 0
         self._excess_pops = 0
+        self._far_streak = 0
         self._played: deque[int] = deque(maxlen=self._capacity)
         self._played_set: set[int] = set()
-        self._last_transit: float | None = None
+        self._rebaseline()
         self._jitter = 0.0
+        self._target_justified_at: float | None = None
+
+    def _rebaseline(self) -> None:
+        self._last_transit: float | None = None
         self._transits: deque[float] = deque(maxlen=self._window)
         self._variations: deque[float] = deque(maxlen=self._window)
-        self._target = self._min
-        self._target_changed_at: float | None = None
-        self._stats = JitterStats()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -144,7 +163,24 @@ class JitterBuffer:
         retransmitted: bool = False,
     ) -> InsertResult:
         self._stats.received += 1
-        useq = self._seqs.unwrap(seq & SEQ_MASK)
+        seq &= SEQ_MASK
+        if self._newest is not None:
+            jump = self._seqs.peek(seq) - self._newest
+            if jump >= self._resync_frames:
+                self._stats.dropped += len(self._packets)
+                self._resync()  # far ahead: whatever is buffered is stale
+            elif -jump >= self._resync_frames:
+                self._far_streak += 1
+                if self._far_streak < 3:
+                    self._stats.late += 1
+                    return InsertResult.LATE
+                self._stats.dropped += len(self._packets)
+                self._resync()  # three in a row from far behind: the sender restarted
+            else:
+                self._far_streak = 0
+        if self._newest is None:
+            self._stats.resyncs += 1
+        useq = self._seqs.unwrap(seq)
         uts = self._tss.unwrap(timestamp & 0xFFFFFFFF)
         if useq in self._packets or useq in self._played_set:
             self._stats.duplicate += 1
@@ -158,7 +194,7 @@ class JitterBuffer:
                 self._stats.late += 1
                 return InsertResult.LATE
             self._next = useq  # reordered before the first frame was played
-        self._packets[useq] = _Packet(seq & SEQ_MASK, timestamp & 0xFFFFFFFF, payload, arrival_time)
+        self._packets[useq] = _Packet(seq, timestamp & 0xFFFFFFFF, payload, arrival_time)
         if self._newest is None or useq > self._newest:
             self._newest = useq
         if useq - self._next >= self._capacity:
@@ -177,7 +213,10 @@ class JitterBuffer:
         transit = arrival - uts / self._clock_rate
         if self._last_transit is not None:
             d = abs(transit - self._last_transit)
-            self._jitter += (d - self._jitter) / 16.0  # RFC 3550 §6.4.1
+            if d > self._max_transit_jump_s:
+                self._rebaseline()  # timestamps jumped: a new timeline, not jitter
+            else:
+                self._jitter += (d - self._jitter) / 16.0  # RFC 3550 §6.4.1
         self._last_transit = transit
         self._transits.append(transit)
         self._variations.append(transit - min(self._transits))
@@ -185,17 +224,14 @@ class JitterBuffer:
         variation = ordered[min(len(ordered) - 1, int(self._quantile * len(ordered)))]
         need = 1 + math.ceil(variation / self._frame_s - 1e-9)
         need = max(self._min, min(self._max, need))
-        if need > self._target:
+        if need >= self._target:
             self._target = need
-            self._target_changed_at = arrival
-        elif need < self._target:
-            if self._target_changed_at is None:
-                self._target_changed_at = arrival
-            elif arrival - self._target_changed_at >= self._shrink_interval:
-                self._target -= 1
-                self._target_changed_at = arrival
-        else:
-            self._target_changed_at = arrival if need == self._min else self._target_changed_at
+            self._target_justified_at = arrival
+        elif self._target_justified_at is None:
+            self._target_justified_at = arrival
+        elif arrival - self._target_justified_at >= self._shrink_interval:
+            self._target -= 1  # calm for a while: one frame less
+            self._target_justified_at = arrival
 
     # -- output ---------------------------------------------------------------------------
 
@@ -209,7 +245,7 @@ class JitterBuffer:
             self._stats.underruns += 1
             self._underrun_pops = 1
             return _UNDERRUN
-        if self._depth() > self._target + 1:
+        if self._depth() > self._target:
             self._excess_pops += 1
             if self._excess_pops >= self._catchup_pops:
                 self._excess_pops = 0

@@ -114,7 +114,7 @@ def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, 
         elif line.startswith("a=candidate:"):
             try:
                 candidate = aiortc_sdp.candidate_from_sdp(line[12:])
-            except (ValueError, IndexError) as exc:
+            except Exception as exc:  # aiortc's parser asserts and indexes blindly
                 raise ApiError(400, "invalid_candidate", f"cannot parse {line!r}: {exc}") from exc
             candidate.sdpMid = mid
             candidates.append(candidate)
@@ -132,7 +132,10 @@ async def trickle_ice(request: web.Request) -> web.Response:
     remote = session.pc.remoteDescription
     if ufrag and remote is not None and f"a=ice-ufrag:{ufrag}" not in remote.sdp:
         raise ApiError(422, "ice_restart_unsupported", "ICE restarts are not supported")
-    await session.add_ice_candidates(candidates, end)
+    try:
+        await session.add_ice_candidates(candidates, end)
+    except Exception as exc:  # aiortc rejects a candidate it cannot place (unknown mid...)
+        raise ApiError(400, "invalid_candidate", f"the candidate was refused: {exc}") from exc
     return web.Response(status=204)
 
 

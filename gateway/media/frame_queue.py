@@ -36,6 +36,9 @@ class FrameQueue:
         waiter = self._arrival
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            # The consumer is idle and waiting for exactly this frame: let it run now rather
+            # than after the producer has encoded the rest of its chunk.
+            await asyncio.sleep(0)
 
     def pop(self) -> EncodedFrame | None:
         """The next frame, or None when empty (the consumer never waits on the producer)."""

@@ -1,0 +1,1 @@
+"""Test helpers: stand-in servers that speak upstream protocols on loopback."""
