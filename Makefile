@@ -1,0 +1,50 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8080
+ICE_HOSTS ?=
+VOICE ?= piper
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint bench bench-load browser clean help
+
+help:
+	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE)"
+	@echo "make test   install everything the tests need and run them"
+	@echo "make bench  latency benchmark (JSON in bench/results/)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+	$(BIN)/pip install -e ".[voice,dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
+		--voice "$(VOICE)"
+
+# Debian Chromium for the browser tests (skipped where it cannot be installed: not root).
+browser: $(STAMP)
+	@if [ -x /usr/lib/chromium/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
+	else echo "note: Debian chromium is not installed and cannot be here; browser tests will skip"; fi
+
+test: $(STAMP) browser
+	$(BIN)/pytest
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not browser and not voice"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.latency
+
+bench-load: $(STAMP)
+	$(BIN)/python -m bench.load
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache bench/results

@@ -1,0 +1,45 @@
+"""Fails loudly when an aiortc/aioice upgrade moves a private name the gateway relies on."""
+
+import aioice.ice
+import aiortc
+import pytest
+from aiortc import RTCPeerConnection
+
+from gateway import aiortc_compat
+from gateway.media.frame_store import FrameStore
+
+
+def test_aiortc_is_the_pinned_series():
+    assert aiortc.__version__.startswith("1.16."), aiortc.__version__
+
+
+def test_every_private_name_still_exists():
+    assert aiortc_compat.check_internals() == []
+
+
+async def test_history_replacement_reaches_the_sender():
+    pc = RTCPeerConnection()
+    transceiver = pc.addTransceiver("audio", direction="sendonly")
+    store = FrameStore()
+    aiortc_compat.install_sender_history(transceiver.sender, store)
+    assert aiortc_compat.sender_history(transceiver.sender) is store
+    import aiortc.rtcrtpsender
+
+    assert aiortc.rtcrtpsender.RTP_HISTORY_SIZE == 65536
+    assert aiortc_compat.negotiated_codecs(transceiver) == []
+    await pc.close()
+
+
+def test_ice_host_restriction_round_trip():
+    aiortc_compat.restrict_ice_hosts(["127.0.0.1", "::1"])
+    assert aioice.ice.get_host_addresses(True, False) == ["127.0.0.1"]
+    assert aioice.ice.get_host_addresses(True, True) == ["127.0.0.1", "::1"]
+    aiortc_compat.restrict_ice_hosts(None)
+    assert aioice.ice.get_host_addresses is aiortc_compat._original_get_host_addresses
+    with pytest.raises(ValueError):
+        aiortc_compat.restrict_ice_hosts(["not-an-ip"])
+
+
+def test_missing_attribute_raises_a_clear_error():
+    with pytest.raises(RuntimeError, match="aiortc internals moved"):
+        aiortc_compat.install_sender_history(object(), FrameStore())  # type: ignore[arg-type]

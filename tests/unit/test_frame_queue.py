@@ -1,0 +1,44 @@
+import asyncio
+
+import pytest
+
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.frames import EncodedFrame
+
+
+async def test_put_blocks_when_full_and_resumes_on_pop():
+    q = FrameQueue(maxsize=3)
+    for i in range(3):
+        await q.put(EncodedFrame(bytes([i])))
+    blocked = asyncio.create_task(q.put(EncodedFrame(b"\x03")))
+    await asyncio.sleep(0)
+    assert not blocked.done() and len(q) == 3
+    assert q.pop().payload == b"\x00"
+    await asyncio.wait_for(blocked, 1)
+    assert [q.pop().payload for _ in range(3)] == [b"\x01", b"\x02", b"\x03"]
+    assert q.pop() is None and q.high_water == 3
+
+
+async def test_clear_empties_and_unblocks_producers():
+    q = FrameQueue(maxsize=1)
+    await q.put(EncodedFrame(b"a"))
+    blocked = asyncio.create_task(q.put(EncodedFrame(b"b")))
+    await asyncio.sleep(0)
+    dropped = q.clear()
+    assert [f.payload for f in dropped] == [b"a"]
+    await asyncio.wait_for(blocked, 1)
+    assert q.pop().payload == b"b"
+
+
+async def test_wait_arrival_wakes_on_put_and_times_out_when_idle():
+    q = FrameQueue()
+    assert await q.wait_arrival(0.001) is False
+    waiter = asyncio.create_task(q.wait_arrival(10))
+    await asyncio.sleep(0)
+    await q.put(EncodedFrame(b"x"))
+    assert await asyncio.wait_for(waiter, 1) is True
+
+
+def test_bound_must_be_positive():
+    with pytest.raises(ValueError):
+        FrameQueue(0)

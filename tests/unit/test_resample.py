@@ -1,0 +1,29 @@
+import numpy as np
+import pytest
+
+from gateway.media.resample import Resampler
+from tests.helpers import dominant_frequency
+
+
+@pytest.mark.parametrize("rate", [16000, 22050, 44100, 48000])
+def test_streaming_resample_to_24k_keeps_pitch_and_length(rate):
+    t = np.arange(rate) / rate
+    pcm = (np.sin(2 * np.pi * 1000 * t) * 10000).astype(np.int16)
+    resampler = Resampler(rate)
+    out = [resampler.push(pcm[i : i + 1234]) for i in range(0, pcm.size, 1234)]
+    out.append(resampler.flush())
+    y = np.concatenate(out)
+    assert abs(y.size - 24000) <= 2
+    assert abs(dominant_frequency(y[1000:-1000], 24000) - 1000) < 0.5
+    assert y.dtype == np.int16
+
+
+def test_same_rate_is_passthrough():
+    pcm = np.arange(10, dtype=np.int16)
+    r = Resampler(24000)
+    assert r.push(pcm) is pcm and r.flush().size == 0
+
+
+def test_bad_rate():
+    with pytest.raises(ValueError):
+        Resampler(0)
