@@ -201,7 +201,8 @@ async def test_trickle_ice_patch(gateway, session_url):
     headers = {"Content-Type": "application/trickle-ice-sdpfrag"}
     async with gateway.http.patch(session_url, data=frag, headers=headers) as r:
         assert r.status == 204, await r.text()
-    async with gateway.http.patch(session_url, data=frag, headers={"Content-Type": "text/plain"}) as r:
+    plain = {"Content-Type": "text/plain"}
+    async with gateway.http.patch(session_url, data=frag, headers=plain) as r:
         assert (await error_of(r, 415))["code"] == "unsupported_media_type"
     bad = "a=mid:0\r\na=candidate:garbage\r\n"
     async with gateway.http.patch(session_url, data=bad, headers=headers) as r:

@@ -108,7 +108,7 @@ async def test_post_when_configured(standin):
     assert standin.requests[0].method == "POST"
 
 
-async def test_connection_is_reused_between_utterances(standin):
+async def test_sequential_utterances_share_the_backend(standin):
     synth = backend(standin)
     try:
         for text in ("one", "two", "three"):
@@ -151,7 +151,8 @@ async def test_float32_fork_endpoint(standin):
 
 async def test_first_chunk_arrives_before_the_stream_ends(standin):
     standin.gate = asyncio.Event()
-    stream = backend(standin).stream(TEXT)
+    synth = backend(standin)
+    stream = synth.stream(TEXT)
     first = await anext(stream)
     rec = standin.requests[0]
     assert first.data and not rec.finished.is_set()
@@ -160,6 +161,7 @@ async def test_first_chunk_arrives_before_the_stream_ends(standin):
     rest = [c.data async for c in stream]
     assert first.data + b"".join(rest) == bytes(rec.sent)
     assert rec.outcome == "completed"
+    await synth.close()
 
 
 async def test_aclose_mid_stream_closes_upstream(standin):
@@ -187,8 +189,7 @@ async def test_task_cancellation_closes_upstream(standin):
 
     task = asyncio.create_task(consume())
     await started.wait()
-    while not standin.requests:  # wait for the request to reach the server
-        await asyncio.sleep(0.005)
+    await standin.wait_requests(1)  # the request reached the server, which holds it
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -260,10 +261,10 @@ async def test_blank_text_sends_nothing(standin):
 
 
 def test_missing_prompt_wav_file(tmp_path):
+    config = CosyVoiceConfig("http", "h", mode="cross_lingual",
+                             prompt_wav=str(tmp_path / "none.wav"))
     with pytest.raises(ValueError, match="cannot read prompt_wav"):
-        backend_config = CosyVoiceConfig("http", "h", cross_lingual_wav := 1, mode="cross_lingual",
-                                         prompt_wav=str(tmp_path / "none.wav"))
-        CosyVoiceHttp(backend_config, f"x{cross_lingual_wav}")
+        CosyVoiceHttp(config, "x")
 
 
 def test_error_body_summaries():
@@ -301,3 +302,40 @@ async def test_standin_streams_chunked_raw_pcm(standin):
 async def test_standin_binds_loopback_only():
     with pytest.raises(ValueError, match="loopback"):
         CosyVoiceStandIn(host="0.0.0.0")
+
+
+@pytest.mark.voice
+async def test_standin_with_the_piper_voice():
+    from gateway.testing import cosyvoice_audio
+
+    if not cosyvoice_audio.piper_available():
+        pytest.skip("the [voice] extra is not installed")
+    source = cosyvoice_audio.piper_source()
+    server = CosyVoiceStandIn(StandInConfig(sample_rate=24000), source=source, grpc_port=None)
+    async with server:
+        synth = backend(server, sample_rate=24000)
+        chunks = await collect(synth, "Hello there. This is the stand-in speaking.")
+    await source.synth.close()
+    pcm = np.frombuffer(b"".join(c.data for c in chunks), "<i2")
+    assert pcm.tobytes() == bytes(server.requests[0].sent)
+    assert len(pcm) > 24000 and np.abs(pcm).max() > 1000
+
+
+async def test_json_reply_with_status_200_is_an_error():
+    from aiohttp import web
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"detail": "model not loaded"})
+
+    app = web.Application()
+    app.router.add_get("/inference_sft", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    try:
+        synth = CosyVoiceHttp(CosyVoiceConfig("http", "127.0.0.1", port, spk_id="a"), "j")
+        with pytest.raises(SynthesisError, match="HTTP 200 OK: model not loaded"):
+            await collect(synth)
+    finally:
+        await runner.cleanup()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 import numpy as np
@@ -51,11 +52,11 @@ async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
 
 async def test_timestamps_step_960_and_packets_are_paced(connect):
     client = await connect()
-    state, speech = await speak_and_collect(client, "tone")
+    _, speech = await speak_and_collect(client, "tone")
     packets = client.capture.ordered()
-    steps = {(b.timestamp - a.timestamp) % 2**32 for a, b in zip(packets, packets[1:])}
+    steps = {(b.timestamp - a.timestamp) % 2**32 for a, b in itertools.pairwise(packets)}
     assert steps == {RTP_TICKS_PER_FRAME}
-    assert all(b.seq == a.seq + 1 for a, b in zip(packets, packets[1:]))
+    assert all(b.seq == a.seq + 1 for a, b in itertools.pairwise(packets))
     assert len({p.ssrc for p in packets}) == 1
     # Silence keeps the stream alive before and after the utterance.
     silence = silence_packet(EncoderSettings())

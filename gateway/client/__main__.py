@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import sys
@@ -47,7 +48,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     write_wav_mono(args.out, stream.pcm, SAMPLE_RATE)
     audible = first_audible([p for p in packets if p.arrival >= result.said_at], stream)
     arrivals = [p.arrival for p in capture.packets]
-    gaps = [b - a for a, b in zip(arrivals, arrivals[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(arrivals)]
     return {
         "connect_ms": round(client.connect_ms or 0, 1),
         "first_audio_ms": (
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         stats = asyncio.run(run(args))
-    except (GatewayError, ConnectionError, OSError, asyncio.TimeoutError) as exc:
+    except (GatewayError, ConnectionError, OSError, TimeoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:

@@ -88,7 +88,7 @@ class GatewayClient:
             asyncio.ensure_future(self._failed.wait()),
         }
         try:
-            done, _ = await asyncio.wait(
+            await asyncio.wait(
                 waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
@@ -128,7 +128,7 @@ class GatewayClient:
 
     async def close(self, delete: bool = True) -> None:
         if delete and self.session_url is not None:
-            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with self.http.delete(self.session_url) as response:
                     await response.read()
         await self.pc.close()

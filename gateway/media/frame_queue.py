@@ -56,7 +56,7 @@ class FrameQueue:
         self._space.set()
         return dropped
 
-    async def wait_arrival(self, timeout: float) -> bool:  # noqa: ASYNC109 (timer, not a guard)
+    async def wait_arrival(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for a frame to be queued; True if one is there."""
         if self._frames:
             return True

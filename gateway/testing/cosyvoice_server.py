@@ -144,6 +144,7 @@ class CosyVoiceStandIn:
         self._runner: web.ServerRunner | None = None
         self._grpc: grpc.aio.Server | None = None
         self._stopping = asyncio.Event()
+        self._arrival = asyncio.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -151,13 +152,14 @@ class CosyVoiceStandIn:
             self._runner = web.ServerRunner(_TrackingServer(self._http, self._conn_lost),
                                             shutdown_timeout=1.0)
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self._ports["http"], shutdown_timeout=1.0)
+            site = web.TCPSite(self._runner, self.host, self._ports["http"])
             await site.start()
             self._ports["http"] = self._runner.addresses[0][1]
         if self._ports["grpc"] is not None:
             self._grpc = grpc.aio.server()
             pb_grpc.add_CosyVoiceServicer_to_server(_Servicer(self), self._grpc)
-            self._ports["grpc"] = self._grpc.add_insecure_port(f"{self.host}:{self._ports['grpc']}")
+            address = f"{self._netloc}:{self._ports['grpc']}"
+            self._ports["grpc"] = self._grpc.add_insecure_port(address)
             await self._grpc.start()
 
     async def stop(self) -> None:
@@ -175,12 +177,16 @@ class CosyVoiceStandIn:
         await self.stop()
 
     @property
+    def _netloc(self) -> str:
+        return f"[{self.host}]" if ":" in self.host else self.host
+
+    @property
     def http_url(self) -> str:
-        return f"http://{self.host}:{self._ports['http']}"
+        return f"http://{self._netloc}:{self._ports['http']}"
 
     @property
     def grpc_target(self) -> str:
-        return f"{self.host}:{self._ports['grpc']}"
+        return f"{self._netloc}:{self._ports['grpc']}"
 
     @property
     def faults(self) -> Fault | list[Fault | None] | None:
@@ -199,6 +205,17 @@ class CosyVoiceStandIn:
         if isinstance(self._faults, list):
             return self._faults.pop(0) if self._faults else None
         return self._faults
+
+    def _log(self, rec: ReceivedRequest) -> None:
+        self.requests.append(rec)
+        self._arrival.set()
+
+    async def wait_requests(self, count: int = 1) -> list[ReceivedRequest]:
+        """The first ``count`` requests, once that many have arrived."""
+        while len(self.requests) < count:
+            self._arrival.clear()
+            await self._arrival.wait()
+        return self.requests[:count]
 
     def _conn_lost(self, handler: RequestHandler) -> None:
         for rec in self._by_conn.pop(handler, []):
@@ -249,7 +266,7 @@ class CosyVoiceStandIn:
     # -- HTTP --------------------------------------------------------------------------------
     async def _http(self, request: web.BaseRequest) -> web.StreamResponse:
         rec = ReceivedRequest("http", request.method, request.path, headers=dict(request.headers))
-        self.requests.append(rec)
+        self._log(rec)
         self._by_conn.setdefault(request.protocol, []).append(rec)
         try:
             return await self._serve_http(request, rec)
@@ -331,7 +348,7 @@ class CosyVoiceStandIn:
                       if f.name != "prompt_audio"}
         if "prompt_audio" in msg.DESCRIPTOR.fields_by_name:
             rec.prompt_audio = msg.prompt_audio
-        self.requests.append(rec)
+        self._log(rec)
         context.add_done_callback(lambda _ctx: rec.closed.set())
         rec.fault = fault = self._next_fault()
         aborts = {"refuse": (grpc.StatusCode.UNAVAILABLE, "injected fault: refuse"),

@@ -111,7 +111,11 @@ class CosyVoiceHttp:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+            # One connection per utterance, like the official client: nothing pooled, so a
+            # failed or abandoned reply never leaves a half-read socket open upstream.
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(force_close=True),
+                timeout=aiohttp.ClientTimeout(total=None))
         return self._session
 
     async def _raise_for_reply(self, resp: aiohttp.ClientResponse) -> None:
@@ -184,8 +188,8 @@ class CosyVoiceHttp:
             finished = True
         finally:
             if resp is not None:
-                # A finished reply's connection goes back to the pool; anything else (error,
-                # timeout, aclose, cancellation) closes the socket, which stops the server.
+                # Error, timeout, aclose or cancellation: close the socket now, which is what
+                # makes the server stop generating.
                 if finished:
                     resp.release()
                 else:

@@ -1,3 +1,4 @@
+import itertools
 import random
 
 import pytest
@@ -133,7 +134,7 @@ def test_duplicates_counted_and_dropped():
 
 def test_late_packet_after_its_slot():
     jb = JitterBuffer()
-    res = run(jb, steady(20, skip={8}) + [(8, 0.5)], 30)
+    res = run(jb, [*steady(20, skip={8}), (8, 0.5)], 30)
     assert jb.stats.late == 1
     assert jb.stats.lost == 1
     assert pkt(8)[2] not in [r.payload for r in res]
@@ -223,7 +224,7 @@ def test_timestamp_jump_restarts_delay_measurement():
 
 def test_pause_then_resume_counts_one_underrun_and_no_loss():
     jb = JitterBuffer()
-    arrivals = steady(20) + [(i, 1.0 + (i - 20) * FRAME + 0.005) for i in range(20, 40)]
+    arrivals = [*steady(20), *((i, 1.0 + (i - 20) * FRAME + 0.005) for i in range(20, 40))]
     res = run(jb, arrivals, 70)
     assert jb.stats.underruns == 1
     assert jb.stats.lost == 0
@@ -267,7 +268,7 @@ def test_target_adapts_to_jitter_fast_up_slow_down():
     # down one frame at a time, at least shrink_interval apart
     steps = [i for i in range(first_down, 1000) if targets[i] < targets[i - 1]]
     assert all(targets[i - 1] - targets[i] == 1 for i in steps)
-    assert all(b - a >= 100 for a, b in zip(steps, steps[1:], strict=False))
+    assert all(b - a >= 100 for a, b in itertools.pairwise(steps))
     assert targets[-1] == 2
     assert jb.stats.jitter_ms > 0
 

@@ -31,7 +31,9 @@ def test_fec_is_on_and_frames_round_trip():
 def test_encoding_is_deterministic():
     pcm = tone(0.2)
     runs = [[OpusFrameEncoder()] for _ in range(2)]
-    outs = [[r[0].encode(pcm[i : i + 480].tobytes()) for i in range(0, pcm.size, 480)] for r in runs]
+    outs = [
+        [r[0].encode(pcm[i : i + 480].tobytes()) for i in range(0, pcm.size, 480)] for r in runs
+    ]
     assert outs[0] == outs[1]
 
 

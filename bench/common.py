@@ -1,0 +1,84 @@
+"""Shared benchmark plumbing: a gateway in its own process, results as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(
+    voices: Sequence[str], extra: Sequence[str] = (), cpu: int | None = None
+) -> AsyncIterator[str]:
+    """Run ``python -m gateway`` as a user would; yield its base URL."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", "127.0.0.1",
+           "--log-level", "WARNING", *extra]
+    for v in voices:
+        cmd += ["--voice", v]
+    if cpu is not None:
+        cmd = ["taskset", "-c", str(cpu), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None:
+                    output = proc.stdout.read() if proc.stdout else ""
+                    raise RuntimeError(f"gateway exited: {output}")
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.get(f"{url}/healthz") as r:
+                        if r.status == 200:
+                            break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("gateway did not start")
+                await asyncio.sleep(0.1)  # polling a process we do not control: no event exists
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(),
+            "platform": platform.platform()}
+
+
+def write_results(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    data = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine(), **data}
+    path.write_text(json.dumps(data, indent=2))
+    return path
+
+
+def pct(values: Sequence[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]

@@ -1,0 +1,113 @@
+"""Say -> first audible packet at the client, and first PCM -> first RTP inside the server.
+
+The gateway runs as its own process (``python -m gateway``), the headless client here. For each
+voice, one session speaks a series of different sentences; per utterance we record
+- first_audio_ms: HTTP speech request sent -> first packet whose decoded frame is audible,
+- server_overhead_ms: first PCM chunk from the synthesizer -> first RTP packet handed to aiortc
+  (the gateway's own cost; reported by the server per utterance),
+- first_pcm_ms: request received -> first PCM chunk (the synthesizer's share).
+Targets (issue 2): server overhead <= 5 ms; say -> first audio <= 120 ms with the embedded voice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from typing import Any
+
+from bench.common import gateway_process, pct, write_results
+from gateway import aiortc_compat
+from gateway.client.capture import decode, first_audible
+from gateway.client.peer import GatewayClient
+
+SENTENCES = [
+    "Hello there, how can I help you today?",
+    "Sure, I can do that for you right away.",
+    "The weather tomorrow looks sunny and warm.",
+    "Your order has shipped and arrives on Friday.",
+    "Thanks for calling, have a wonderful day.",
+    "One moment please, I am checking that now.",
+    "Yes, that appointment is still available.",
+    "Please say your account number after the tone.",
+    "Good morning, welcome back to the service.",
+    "I did not catch that, could you repeat it?",
+]
+
+
+async def measure(url: str, voice: str | None, runs: int) -> dict[str, Any]:
+    client = GatewayClient(url)
+    await client.connect()
+    rows = []
+    try:
+        for i in range(runs):
+            text = SENTENCES[i % len(SENTENCES)]
+            start_index = len(client.capture.packets)
+            result = await client.say(text, voice=voice)
+            state = await client.wait_utterance(result.utterance["id"])
+            # Let the stream go idle (two silence packets) before the next request: a listener
+            # does not reply within 20 ms of the previous sentence ending, and a frame may not
+            # be sent before the slot after the last one sent.
+            await client.capture.wait_for_seq((state["last_seq"] + 2) & 0xFFFF)
+            packets = sorted(client.capture.packets[start_index:], key=lambda p: p.seq)
+            audible = first_audible(packets, decode(packets))
+            rows.append({
+                "text": text,
+                "first_audio_ms": None if audible is None
+                else (audible.arrival - result.said_at) * 1000,
+                "server_overhead_ms": state["server_overhead_ms"],
+                "first_pcm_ms": state["latency_ms"]["first_pcm"],
+                "first_sent_ms": state["latency_ms"]["first_sent"],
+            })
+    finally:
+        await client.close()
+    return {"connect_ms": client.connect_ms, "runs": rows, **summarize(rows)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("first_audio_ms", "server_overhead_ms", "first_pcm_ms"):
+        values = [r[key] for r in rows if r[key] is not None]
+        out[key] = {
+            "median": statistics.median(values) if values else None,
+            "p90": pct(values, 90),
+            "min": min(values) if values else None,
+            "max": max(values) if values else None,
+        }
+    return out
+
+
+async def main(args: argparse.Namespace) -> None:
+    aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+    results: dict[str, Any] = {}
+    voices = ["joe=piper", "tone=tone:440?seconds=0.5"]
+    async with gateway_process(voices) as url:
+        for name in ("joe", "tone"):
+            await measure(url, name, 2)  # warm-up: model caches, first-call paths
+            results[name] = await measure(url, name, args.runs)
+    targets = {"server_overhead_ms_max": 5.0, "piper_first_audio_ms_max": 120.0}
+    verdict = {
+        "server_overhead_ok": all(
+            r["server_overhead_ms"]["median"] <= targets["server_overhead_ms_max"]
+            for r in results.values()
+        ),
+        "piper_first_audio_ok": results["joe"]["first_audio_ms"]["median"]
+        <= targets["piper_first_audio_ms_max"],
+    }
+    path = write_results("latency", {"results": results, "targets": targets, "verdict": verdict})
+    print(f"{'voice':<6} {'say->first audio':>18} {'p90':>8} {'first PCM':>10} "
+          f"{'server overhead':>16} {'p90':>7}  (ms, median of {args.runs})")
+    for name, r in results.items():
+        fa = r["first_audio_ms"]
+        print(f"{name:<6} {fa['median']:>18.1f} {fa['p90']:>8.1f} "
+              f"{r['first_pcm_ms']['median']:>10.1f} {r['server_overhead_ms']['median']:>16.2f} "
+              f"{r['server_overhead_ms']['p90']:>7.2f}")
+    print(f"targets: server overhead <= 5 ms: {verdict['server_overhead_ok']}; "
+          f"Piper say->first audio <= 120 ms: {verdict['piper_first_audio_ok']}")
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=15)
+    asyncio.run(main(parser.parse_args()))
