@@ -14,6 +14,11 @@ Touched:
   always leaves out 127.0.0.1 and has no option for it).
 - ``RTCRtpReceiver._handle_rtp_packet`` / ``__jitter_buffer`` / ``_send_rtcp_nack``: raw RTP
   taps for our own receive path (the headless client).
+- ``RTCDtlsTransport._handle_rtcp_data`` / ``_send_rtp`` and ``RTCRtpSender._ssrc`` /
+  ``__rtp_header_extensions_map``: our NACK responder sees raw RTCP first (aiortc's parser
+  mis-reads NACKs across the sequence wrap and ignores misses) and resends stored packets.
+- ``RTCIceTransport._connection`` (aioice ``Connection.data_received``, its protocols'
+  datagram transports): in-process network impairment of a peer's UDP datagrams.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from typing import Any
 
 import aioice.ice
 import aiortc.rtcrtpsender
-from aiortc import RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
+from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
 from aiortc.rtcrtpparameters import RTCRtcpFeedback, RTCRtpCodecParameters
 
 _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
+_SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
+_ORIGINAL_SEND_RTP = "_gateway_original_send_rtp"
 _RECEIVER_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"
 _FULL_SEQUENCE_SPACE = 65536
 
@@ -45,6 +52,12 @@ def check_internals() -> list[str]:
     for name in ("_handle_rtp_packet", "_send_rtcp_nack"):
         if not callable(getattr(RTCRtpReceiver, name, None)):
             problems.append(f"RTCRtpReceiver.{name}")
+    for name in ("_handle_rtcp_data", "_send_rtp"):
+        if not callable(getattr(RTCDtlsTransport, name, None)):
+            problems.append(f"RTCDtlsTransport.{name}")
+    for name in ("data_received", "sendto"):
+        if not callable(getattr(aioice.ice.Connection, name, None)):
+            problems.append(f"aioice.Connection.{name}")
     if not callable(getattr(aioice.ice, "get_host_addresses", None)):
         problems.append("aioice.ice.get_host_addresses")
     return problems
@@ -157,3 +170,99 @@ def tap_rtp(receiver: RTCRtpReceiver, tap: RtpTap, bypass_decoder: bool = True) 
 async def send_nack(receiver: RTCRtpReceiver, media_ssrc: int, seqs: Sequence[int]) -> None:
     """Send one RTCP generic NACK for ``seqs`` through the receiver's transport."""
     await receiver._send_rtcp_nack(media_ssrc, sorted(seqs))
+
+
+# --- sender: RTCP interception and retransmission --------------------------------------------
+
+
+def sender_ssrc(sender: RTCRtpSender) -> int:
+    _require(sender, "_ssrc")
+    return int(sender._ssrc)
+
+
+RtcpHandler = Callable[[bytes], Awaitable[bytes]]
+
+
+def intercept_rtcp(transport: RTCDtlsTransport, handler: RtcpHandler) -> None:
+    """Give ``handler`` every decrypted compound RTCP datagram before aiortc parses it.
+
+    The handler returns the bytes aiortc should still see (the packets it did not consume);
+    empty bytes stop aiortc from seeing the datagram at all.
+    """
+    _require(transport, "_handle_rtcp_data")
+    original: Callable[[bytes], Awaitable[None]] = transport._handle_rtcp_data
+
+    async def handle(data: bytes) -> None:
+        rest = await handler(data)
+        if rest:
+            await original(rest)
+
+    transport._handle_rtcp_data = handle  # type: ignore[method-assign]
+
+
+def _raw_send_rtp(transport: RTCDtlsTransport) -> Callable[[bytes], Awaitable[None]]:
+    return getattr(transport, _ORIGINAL_SEND_RTP, None) or transport._send_rtp
+
+
+async def send_rtp_packet(sender: RTCRtpSender, packet: Any) -> None:
+    """Serialize and send an RtpPacket on the sender's transport (SRTP, same SSRC)."""
+    _require(sender, _SENDER_EXTENSIONS)
+    data = packet.serialize(getattr(sender, _SENDER_EXTENSIONS))
+    await _raw_send_rtp(sender.transport)(data)
+
+
+def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
+    """TEST ONLY: drop RTP first transmissions for which ``drop(rtp_bytes)`` is true.
+
+    Retransmissions sent through ``send_rtp_packet`` bypass the filter.
+    """
+    _require(transport, "_send_rtp")
+    original = transport._send_rtp
+    setattr(transport, _ORIGINAL_SEND_RTP, original)
+
+    async def send(data: bytes) -> None:
+        if not drop(data):
+            await original(data)
+
+    transport._send_rtp = send  # type: ignore[method-assign]
+
+
+async def send_raw_rtcp(transport: RTCDtlsTransport, data: bytes) -> None:
+    """Send raw (unprotected) RTCP bytes over an established DTLS-SRTP transport."""
+    _require(transport, "_send_rtp")
+    await _raw_send_rtp(transport)(data)
+
+
+# --- ICE: datagram impairment ------------------------------------------------------------------
+
+Deliver = Callable[[bytes, Any], None]
+
+
+def _ice_connection(transport: RTCDtlsTransport) -> Any:
+    ice = transport.transport
+    _require(ice, "_connection")
+    return ice._connection
+
+
+def impair_incoming(transport: RTCDtlsTransport, wrap: Callable[[Deliver], Deliver]) -> None:
+    """Route every datagram the peer receives (after STUN) through ``wrap(deliver)``.
+
+    ``deliver(data, component)`` hands a datagram on to DTLS/SRTP; the wrapper may drop, delay
+    or duplicate it.
+    """
+    connection = _ice_connection(transport)
+    _require(connection, "data_received")
+    connection.data_received = wrap(connection.data_received)
+
+
+def impair_outgoing(transport: RTCDtlsTransport, wrap: Callable[[Deliver], Deliver]) -> int:
+    """Route every datagram the peer sends through ``wrap(sendto)``; returns sockets wrapped."""
+    connection = _ice_connection(transport)
+    _require(connection, "_protocols")
+    wrapped = 0
+    for protocol in connection._protocols:
+        udp = getattr(protocol, "transport", None)
+        if udp is not None:
+            udp.sendto = wrap(udp.sendto)
+            wrapped += 1
+    return wrapped

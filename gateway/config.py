@@ -34,6 +34,9 @@ class GatewayConfig:
     connect_timeout_s: float = 30.0
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
+    answer_nack: bool = True
+    test_drop_first_tx_percent: float = 0.0
+    test_drop_seed: int | None = None
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -50,6 +53,9 @@ class GatewayConfig:
         return SessionOptions(
             encoder=EncoderSettings(bitrate=self.bitrate, expected_loss_percent=self.expected_loss),
             connect_timeout_s=self.connect_timeout_s,
+            answer_nack=self.answer_nack,
+            test_drop_first_tx_percent=self.test_drop_first_tx_percent,
+            test_drop_seed=self.test_drop_seed,
         )
 
 
@@ -118,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "[GATEWAY_CONNECT_TIMEOUT]")
     p.add_argument("--web-dir", type=Path, default=Path(_env("WEB_DIR", str(d.web_dir)) or "."),
                    help="the demo page's directory [GATEWAY_WEB_DIR]")
+    p.add_argument("--no-nack", action="store_true",
+                   default=(_env("NO_NACK", "") or "") not in ("", "0"),
+                   help="leave a=rtcp-fb nack out of the answer (for comparisons) "
+                   "[GATEWAY_NO_NACK]")
+    p.add_argument("--test-drop-first-tx", type=float, metavar="PERCENT",
+                   default=float(_env("TEST_DROP_FIRST_TX", "0") or 0),
+                   help="TEST ONLY: drop this %% of first RTP transmissions at the gateway, to "
+                   "exercise NACK recovery [GATEWAY_TEST_DROP_FIRST_TX]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
     return p
@@ -144,4 +158,6 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,
+        answer_nack=not args.no_nack,
+        test_drop_first_tx_percent=args.test_drop_first_tx,
     )

@@ -90,13 +90,15 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
     raise SdpRejected("no_audio", "the offer has no audio section (m=audio)")
 
 
-def answer_codec(negotiated: list[RTCRtpCodecParameters]) -> RTCRtpCodecParameters:
+def answer_codec(
+    negotiated: list[RTCRtpCodecParameters], nack: bool = True
+) -> RTCRtpCodecParameters:
     """The single codec the answer lists: the negotiated Opus entry with our pinned lines."""
     for codec in negotiated:
         if codec.mimeType.lower() == OPUS_MIME:
             pinned = copy.deepcopy(codec)
             pinned.parameters = dict(OPUS_FMTP)
-            pinned.rtcpFeedback = [RTCRtcpFeedback(type=t) for t in OPUS_FEEDBACK]
+            pinned.rtcpFeedback = [RTCRtcpFeedback(type=t) for t in OPUS_FEEDBACK] if nack else []
             return pinned
     raise SdpRejected("no_opus", "Opus was not negotiated")
 

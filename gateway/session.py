@@ -20,13 +20,20 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
 from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
+from gateway.media.frame_store import FrameStore, StoredPacket
 from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_packet
+from gateway.media.retransmission import Retransmitter
 from gateway.media.track import PassthroughOpusTrack
 from gateway.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
-from gateway.speech import Speaker
+from gateway.speech import Speaker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
+
+
+def _cut_off(entry: StoredPacket) -> bool:
+    """Speech that barge-in cut off: not worth resending."""
+    owner = entry.frame.owner if entry.frame is not None else None
+    return isinstance(owner, Utterance) and owner.state is UtteranceState.INTERRUPTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +43,9 @@ class SessionOptions:
     store_frames: int = 250  # 5 s of sent packets kept for retransmission
     max_pending_utterances: int = 32
     connect_timeout_s: float = 30.0  # a session that never connects is reaped
+    answer_nack: bool = True  # a=rtcp-fb:<pt> nack in the answer (off only to compare, in tests)
+    test_drop_first_tx_percent: float = 0.0  # TEST ONLY: lose this share of first transmissions
+    test_drop_seed: int | None = None
 
 
 class Session:
@@ -58,6 +68,7 @@ class Session:
         self.speaker = Speaker(
             self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances
         )
+        self.retransmitter = Retransmitter(self.store, is_cancelled=_cut_off)
         self.offer: OfferSummary | None = None
         self._on_closed = on_closed
         self._closing: asyncio.Task[None] | None = None
@@ -94,10 +105,15 @@ class Session:
         except Exception as exc:  # aiortc's OperationError / InvalidStateError and kin
             raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
         codecs = aiortc_compat.negotiated_codecs(transceiver)
-        aiortc_compat.pin_codecs(transceiver, [answer_codec(codecs)])
+        aiortc_compat.pin_codecs(transceiver, [answer_codec(codecs, nack=self.options.answer_nack)])
         aiortc_compat.install_sender_history(transceiver.sender, self.store)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
+        self.retransmitter.attach(transceiver.sender)
+        if self.options.test_drop_first_tx_percent > 0:
+            self.retransmitter.drop_first_transmissions(
+                self.options.test_drop_first_tx_percent, self.options.test_drop_seed
+            )
         return pc.localDescription.sdp
 
     def _start(self) -> None:
@@ -173,6 +189,7 @@ class Session:
             "silence_frames_sent": track.stats.silence_frames,
             "queued_frames": len(self.queue),
             "frame_store": {"size": len(self.store), "capacity": self.store.capacity},
+            "nack": self.retransmitter.stats(),
             "pacer": {
                 "late_slots": track.pacer.stats.late_slots,
                 "rebases": track.pacer.stats.rebases,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,7 +33,7 @@ class RtpCapture:
     packets: list[ReceivedPacket] = field(default_factory=list)
     dropped: int = 0
     _last_seq: int | None = None
-    _waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    _waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = field(default_factory=list)
 
     def on_packet(self, packet: object, arrival_time_ms: int) -> None:
         now = time.monotonic()
@@ -53,18 +54,49 @@ class RtpCapture:
             )
         )
         for item in list(self._waiters):
-            target, fut = item
-            if (seq - target) & 0xFFFF < 0x8000 and not fut.done():
+            condition, fut = item
+            if fut.done():
+                self._waiters.remove(item)
+            elif condition():
                 fut.set_result(None)
                 self._waiters.remove(item)
 
-    async def wait_for_seq(self, seq16: int) -> None:
-        """Until a packet at or after 16-bit ``seq16`` has arrived."""
-        if self._last_seq is not None and (self._last_seq - seq16) & 0xFFFF < 0x8000:
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Until ``condition()`` holds, checked as each packet arrives."""
+        if condition():
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((seq16, fut))
-        await fut
+        self._waiters.append((condition, fut))
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                fut.cancel()
+
+    async def wait_for_seq(self, seq16: int) -> None:
+        """Until a packet at or after 16-bit ``seq16`` (serial order) has arrived."""
+        await self.wait_until(
+            lambda: self._last_seq is not None and (self._last_seq - seq16) & 0xFFFF < 0x8000
+        )
+
+    async def wait_packets(self, count: int) -> None:
+        """Until ``count`` packets have arrived in all."""
+        await self.wait_until(lambda: len(self.packets) >= count)
+
+    async def wait_arrival(self, seq16: int, after_index: int = 0) -> ReceivedPacket:
+        """Until a packet with 16-bit ``seq16`` arrives at capture index ``after_index`` or later
+        (a retransmission of a sequence number already seen, say); returns it."""
+
+        def find() -> ReceivedPacket | None:
+            for p in self.packets[after_index:]:
+                if p.seq & 0xFFFF == seq16 & 0xFFFF:
+                    return p
+            return None
+
+        await self.wait_until(lambda: find() is not None)
+        found = find()
+        assert found is not None
+        return found
 
     def ordered(self) -> list[ReceivedPacket]:
         seen: dict[int, ReceivedPacket] = {}
