@@ -23,6 +23,7 @@ from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore, StoredPacket
 from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_packet
 from gateway.media.retransmission import Retransmitter
+from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
 from gateway.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
 from gateway.speech import Speaker, Utterance, UtteranceState
@@ -64,7 +65,9 @@ class Session:
         self.close_reason: str | None = None
         self.queue = FrameQueue(options.queue_frames)
         self.store = FrameStore(options.store_frames)
-        self.track = PassthroughOpusTrack(self.queue, self.store, silence_packet(options.encoder))
+        self.track = PassthroughOpusTrack(
+            self.queue, self.store, silence_packet(options.encoder), shared_ticker()
+        )
         self.speaker = Speaker(
             self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances
         )

@@ -52,6 +52,7 @@ async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
 
 async def test_timestamps_step_960_and_packets_are_paced(connect):
     client = await connect()
+    await client.capture.wait_packets(3)  # the idle stream is flowing before any speech
     _, speech = await speak_and_collect(client, "tone")
     packets = client.capture.ordered()
     steps = {(b.timestamp - a.timestamp) % 2**32 for a, b in itertools.pairwise(packets)}
@@ -61,6 +62,8 @@ async def test_timestamps_step_960_and_packets_are_paced(connect):
     # Silence keeps the stream alive before and after the utterance.
     silence = silence_packet(EncoderSettings())
     assert packets[0].payload == silence and packets[-1].seq >= speech[-1].seq
+    await client.capture.wait_for_seq((speech[-1].seq + 2) % 65536)
+    assert client.capture.ordered()[-1].payload == silence
     arrivals = [p.arrival for p in speech]
     gaps = np.diff(arrivals) * 1000
     assert 19.0 <= statistics.median(gaps) <= 21.0

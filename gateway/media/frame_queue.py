@@ -56,6 +56,10 @@ class FrameQueue:
         self._space.set()
         return dropped
 
+    def notify_arrival(self, waiter: asyncio.Future[None] | None) -> None:
+        """Resolve ``waiter`` when the next frame is queued (None: stop notifying)."""
+        self._arrival = waiter
+
     async def wait_arrival(self, timeout: float) -> bool:
         """Wait up to ``timeout`` s for a frame to be queued; True if one is there."""
         if self._frames:

@@ -31,6 +31,7 @@ class PacingClock:
         max_lateness: float = 0.100,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        align: Callable[[float], float] | None = None,
     ) -> None:
         if period <= 0:
             raise ValueError("period must be positive")
@@ -38,6 +39,7 @@ class PacingClock:
         self.max_lateness = max_lateness
         self._clock = clock
         self._sleep = sleep
+        self._align = align  # snaps the schedule's origin to a shared grid (see Ticker)
         self._origin: float | None = None
         self._slot = 0  # index of the next slot to be released
         self.stats = PacerStats()
@@ -56,7 +58,8 @@ class PacingClock:
     def deadline(self, slot: int | None = None) -> float:
         """When ``slot`` (default: the next one) is due. Starts the schedule if needed."""
         if self._origin is None:
-            self._origin = self._clock()
+            now = self._clock()
+            self._origin = self._align(now) if self._align is not None else now
         return self._origin + (self._slot if slot is None else slot) * self.period
 
     def time_to_next(self) -> float:
@@ -88,5 +91,7 @@ class PacingClock:
             # A stall: re-anchor so the following slot is one period from now.
             assert self._origin is not None
             self._origin += lateness
+            if self._align is not None:
+                self._origin = self._align(self._origin)
             self.stats.rebases += 1
         return slot

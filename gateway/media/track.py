@@ -2,8 +2,10 @@
 
 aiortc's sender packs any non-``av.Frame`` it receives from ``recv()`` without re-encoding
 (one ``av.Packet`` = one RTP payload) and does not pace, so this track waits for each 20 ms slot
-itself on an absolute monotonic schedule (``PacingClock``). The RTP timestamp is derived from
-``pts`` in a 1/24000 time base: slot ``n`` has pts ``480 n`` -> ``960 n`` ticks at 48 kHz.
+itself on an absolute monotonic schedule (``PacingClock``) aligned to the process-wide tick grid
+(``Ticker``): every stream of the process is woken by one timer per tick. The RTP timestamp is
+derived from ``pts`` in a 1/48000 time base (the Opus RTP clock, so aiortc converts nothing):
+slot ``n`` has pts ``960 n``.
 
 Between utterances the track sends a constant encoded-silence packet (no encoder work) so the
 stream stays alive. When speech arrives while the track is idling on silence, its first frame is
@@ -13,6 +15,7 @@ the listener up to 20 ms sooner, and the timestamps still step by exactly 960.
 
 from __future__ import annotations
 
+import asyncio
 import fractions
 from dataclasses import dataclass
 
@@ -21,10 +24,11 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import FRAME_SAMPLES, SAMPLE_RATE
+from gateway.media.opus_codec import RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
+from gateway.media.ticker import Ticker
 
-TIME_BASE = fractions.Fraction(1, SAMPLE_RATE)
+TIME_BASE = fractions.Fraction(1, RTP_CLOCK_RATE)
 
 
 @dataclass(slots=True)
@@ -43,30 +47,52 @@ class PassthroughOpusTrack(MediaStreamTrack):
         queue: FrameQueue,
         store: FrameStore,
         silence: bytes,
-        pacer: PacingClock | None = None,
+        ticker: Ticker | None = None,
     ) -> None:
         super().__init__()
         self.queue = queue
         self.store = store
-        self.pacer = pacer or PacingClock()
+        self._ticker = ticker
+        self.pacer = PacingClock(
+            period=ticker.period if ticker else 0.020,
+            clock=ticker.now if ticker else PacingClock().now,
+            align=ticker.align if ticker else None,
+        )
         self._silence = silence
         self._idle = True  # the last slot carried silence
         self.stats = TrackStats()
 
+    async def _wait_slot(self) -> None:
+        pacer = self.pacer
+        if pacer.time_to_next() <= 0:
+            return
+        ticker = self._ticker
+        if ticker is None:
+            if self._idle:
+                await self.queue.wait_arrival(pacer.time_to_next())
+            else:
+                await pacer.wait_due()
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ticker.wake_at(pacer.deadline(), waiter)
+        if self._idle:  # speech may start before the slot is due
+            self.queue.notify_arrival(waiter)
+        try:
+            await waiter
+        finally:
+            if self._idle:
+                self.queue.notify_arrival(None)
+
     async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
-        pacer = self.pacer
-        delay = pacer.time_to_next()
-        if delay > 0:
-            if self._idle:
-                if await self.queue.wait_arrival(delay):
-                    self.stats.early_starts += pacer.time_to_next() > 0.001
-            else:
-                await pacer.wait_due()
+        await self._wait_slot()
         if self.readyState != "live":
             raise MediaStreamError
         frame = self.queue.pop()
+        pacer = self.pacer
+        if frame is not None and self._idle and pacer.time_to_next() > 0.001:
+            self.stats.early_starts += 1
         slot = pacer.release()
         stats = self.stats
         stats.frames_sent += 1
@@ -81,6 +107,6 @@ class PassthroughOpusTrack(MediaStreamTrack):
         # aiortc packs this packet and records it in the store synchronously after we return.
         self.store.next_frame = frame
         packet = av.Packet(payload)
-        packet.pts = slot * FRAME_SAMPLES
+        packet.pts = slot * RTP_TICKS_PER_FRAME
         packet.time_base = TIME_BASE
         return packet

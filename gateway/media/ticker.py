@@ -1,0 +1,110 @@
+"""One shared 20 ms timer for every stream of the process.
+
+A timer per track means one event-loop wake-up per track per frame, at scattered phases. The
+ticker keeps a single absolute grid (``origin + k * period``) and one armed timer for the earliest
+tick anyone waits for; every stream whose slot falls on that tick is released by the same
+callback. Streams align their schedules to the grid (``align``), so at any moment most waiters
+share one or two ticks. Waiters are futures; a cancelled waiter is simply skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import time
+import weakref
+from collections.abc import Callable
+
+EPSILON = 1e-6
+
+
+class Ticker:
+    def __init__(
+        self,
+        period: float = 0.020,
+        clock: Callable[[], float] = time.monotonic,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        if period <= 0:
+            raise ValueError("period must be positive")
+        self.period = period
+        self._clock = clock
+        self._loop = loop
+        self._origin = clock()
+        self._buckets: dict[int, list[asyncio.Future[None]]] = {}
+        self._heap: list[int] = []
+        self._armed: tuple[int, asyncio.TimerHandle] | None = None
+        self.fired = 0  # timer callbacks run
+        self.released = 0  # waiters released
+
+    def now(self) -> float:
+        return self._clock()
+
+    def tick_at_or_after(self, t: float) -> int:
+        return math.ceil((t - self._origin) / self.period - EPSILON)
+
+    def time_of(self, tick: int) -> float:
+        return self._origin + tick * self.period
+
+    def align(self, t: float) -> float:
+        """The first grid time at or after ``t``."""
+        return self.time_of(self.tick_at_or_after(t))
+
+    def wake_at(self, t: float, waiter: asyncio.Future[None]) -> None:
+        """Resolve ``waiter`` on the first tick at or after ``t``."""
+        tick = self.tick_at_or_after(t)
+        bucket = self._buckets.get(tick)
+        if bucket is None:
+            self._buckets[tick] = [waiter]
+            heapq.heappush(self._heap, tick)
+            if self._armed is None or tick < self._armed[0]:
+                self._arm(tick)
+        else:
+            bucket.append(waiter)
+
+    async def sleep(self, delay: float) -> None:
+        """``asyncio.sleep`` rounded up to the grid (the PacingClock's sleep)."""
+        loop = self._loop or asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self.wake_at(self._clock() + delay, waiter)
+        await waiter
+
+    def _arm(self, tick: int) -> None:
+        if self._armed is not None:
+            self._armed[1].cancel()
+        loop = self._loop or asyncio.get_running_loop()
+        delay = max(0.0, self.time_of(tick) - self._clock())
+        self._armed = (tick, loop.call_later(delay, self._fire))
+
+    def _fire(self) -> None:
+        self._armed = None
+        self.fired += 1
+        now = self._clock()
+        heap, buckets = self._heap, self._buckets
+        while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
+            for waiter in buckets.pop(heapq.heappop(heap)):
+                if not waiter.done():
+                    waiter.set_result(None)
+                    self.released += 1
+        if heap:
+            self._arm(heap[0])
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(b) for b in self._buckets.values())
+
+
+_TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_ticker(period: float = 0.020) -> Ticker:
+    """The ticker of the running event loop (one per loop and period)."""
+    loop = asyncio.get_running_loop()
+    ticker = _TICKERS.get(loop)
+    if ticker is None or ticker.period != period:
+        ticker = Ticker(period, loop=loop)
+        _TICKERS[loop] = ticker
+    return ticker
