@@ -18,7 +18,7 @@ help:
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install -e ".[voice,dev]"
+	$(BIN)/pip install -e ".[voice,speed,dev]"
 	touch $(STAMP)
 
 run: $(STAMP)

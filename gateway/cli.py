@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from aiohttp import web
 
@@ -31,13 +32,28 @@ async def serve(config: GatewayConfig) -> None:
         await voices.close()
 
 
+def runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """How to run the gateway's coroutine: with uvloop when chosen (or 'auto' and installed)."""
+    if event_loop in ("auto", "uvloop"):
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise SystemExit("error: --event-loop uvloop, but it is not installed") from None
+        else:
+            return uvloop.run
+    return asyncio.run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_config(argv)
     logging.basicConfig(
         level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    run = runner(config.event_loop)
+    logging.getLogger(__name__).info("event loop: %s", run.__module__)
     try:
-        asyncio.run(serve(config))
+        run(serve(config))
     except KeyboardInterrupt:
         pass
     except OSError as exc:

@@ -34,6 +34,7 @@ class GatewayConfig:
     connect_timeout_s: float = 30.0
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
+    event_loop: str = "auto"  # auto: uvloop when installed
     answer_nack: bool = True
     test_drop_first_tx_percent: float = 0.0
     test_drop_seed: int | None = None
@@ -132,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("TEST_DROP_FIRST_TX", "0") or 0),
                    help="TEST ONLY: drop this %% of first RTP transmissions at the gateway, to "
                    "exercise NACK recovery [GATEWAY_TEST_DROP_FIRST_TX]")
+    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"],
+                   default=_env("EVENT_LOOP", "auto"),
+                   help="auto = uvloop when installed (the 'speed' extra), else asyncio "
+                   "[GATEWAY_EVENT_LOOP]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
     return p
@@ -158,6 +163,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,
+        event_loop=args.event_loop,
         answer_nack=not args.no_nack,
         test_drop_first_tx_percent=args.test_drop_first_tx,
     )
