@@ -8,7 +8,7 @@ ICE_HOSTS ?=
 VOICE ?= piper
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-load browser clean help
+.PHONY: run test test-fast lint bench bench-load bench-browser browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE)"
@@ -42,6 +42,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.latency
+
+bench-browser: $(STAMP) browser
+	$(BIN)/python -m bench.browser_latency
 
 bench-load: $(STAMP)
 	$(BIN)/python -m bench.load

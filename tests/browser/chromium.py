@@ -1,0 +1,37 @@
+"""Where Debian's Chromium lives and how the browser tests and bench launch it.
+
+Flags and their reasons: /work/shared/notes/browser-testing.md. Installed by
+.ci/install-browser.sh (apt chromium + pip playwright; never ``playwright install``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+CHROMIUM = Path(os.environ.get("CHROMIUM_PATH", "/usr/lib/chromium/chromium"))
+
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    # without these Chromium floods the closed network with refused connections
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    # fake media UI also stops Chromium hiding host candidates behind mDNS .local names
+    "--use-fake-ui-for-media-stream",
+    "--use-fake-device-for-media-stream",
+    # Chromium ignores lo unless told; the test gateway offers only 127.0.0.1
+    "--allow-loopback-in-peer-connection",
+]
+# Deliberately not --autoplay-policy=no-user-gesture-required: the page must start audio from
+# the user's click, and Playwright's click() is a real user gesture.
+
+
+async def launch(playwright: Any, **kwargs: Any) -> Any:
+    return await playwright.chromium.launch(
+        executable_path=str(CHROMIUM), args=ARGS, headless=True, **kwargs
+    )
