@@ -1,0 +1,623 @@
+"""Stream density: the gateway against a stock-aiortc baseline, N concurrent speaking streams.
+
+For each server and each N of the ladder, a fresh server process is pinned to one core
+(``taskset -c SERVER_CPU``) and a fresh load generator (``bench.loadgen``) to the other
+(``taskset -c LOADGEN_CPU``). The generator connects N WebRTC sessions through the public API
+(``--batch`` at a time), measures a silent window, asks every session to speak, and measures a
+speaking window; the server's CPU and RSS come from /proc. A server's ladder stops at the first
+N that breaks: on-time share < ``--min-on-time``, a session that fails to connect or to start
+speaking, or one that receives nothing.
+
+What speaks: the gateway gets a ``wav:`` voice holding a ``--phrase-s`` long 440 Hz tone (24 kHz
+mono) written by this script; each session queues the same text enough times to outlast the
+measurement. ``--gateway-speech cache`` (the default when the gateway has a phrase cache) plays
+that phrase once to warm a persisted phrase cache, so every utterance in the rungs is a cache
+hit: no synthesis, no encoding, only the media path is measured. ``encode`` turns the cache off:
+every frame is Opus-encoded by the gateway (synthesis is one memcpy of the WAV per utterance).
+The baseline encodes a 48 kHz 440 Hz tone through aiortc. In the silent window (before speech)
+the gateway sends its pre-encoded silence packet and the baseline still encodes silence.
+Arrival times are the kernel's receive timestamps, so the load generator's own delays do not
+count against the server (they are reported: ``loadgen_hook_delay_ms``).
+
+    python -m bench.load [--ladder 50,100,250] [--window 10] [--server gateway|baseline|both]
+
+Results: bench/results/load.json, a table on stdout, bench/results/load.png (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from bench import procstats
+from bench.common import RESULTS, free_port, machine
+from bench.loadgen import LONG_TEXT, LoadSession
+from gateway import aiortc_compat
+from gateway.tts.tone import write_wav_mono
+
+REPO = Path(__file__).resolve().parent.parent  # the processes run from here (python -m bench.*)
+DEFAULT_LADDER = "10,25,50,100,250,500,750,1000"
+SERVERS = ("gateway", "baseline")
+
+
+def tone_wav(path: Path, seconds: float, hz: float = 440.0, rate: int = 24_000) -> Path:
+    n = np.arange(round(seconds * rate))
+    write_wav_mono(path, (np.sin(2 * np.pi * hz * n / rate) * 0.3 * 32767).astype("<i2"), rate)
+    return path
+
+
+NICE = 0  # niceness increment for the measured processes (--nice)
+
+
+def _child_setup() -> None:
+    """In each server / load generator child: many sockets, and the requested priority."""
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    if NICE:
+        # With sched autogroup (the Linux default) nice only ranks a process within its
+        # session: start a session of our own and give that group the niceness too.
+        os.setsid()
+        with contextlib.suppress(OSError), open("/proc/self/autogroup", "w") as f:
+            f.write(str(NICE))
+        os.nice(NICE)
+
+
+def server_command(
+    kind: str, port: int, sessions: int, wav: Path, extra: list[str] | None = None
+) -> list[str]:
+    if kind == "gateway":
+        return [
+            sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", "127.0.0.1",
+            "--log-level", "WARNING", "--max-sessions", str(sessions + 50),
+            "--connect-timeout", "120", "--voice", f"bench=wav:{wav}", *(extra or []),
+        ]
+    return [sys.executable, "-m", "bench.baseline_server", "--port", str(port)]
+
+
+def gateway_flags() -> str:
+    """``python -m gateway --help``: which options this checkout's gateway has."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "--help"], capture_output=True, text=True, check=False,
+        cwd=REPO,
+    ).stdout
+
+
+def utterances_for(n: int, args: argparse.Namespace) -> int:
+    """Speech requests per session so speech outlasts requests + settle + window + probes
+    (at most 30: the gateway queues 32 per session)."""
+    needed = args.window + 15 + n / 25
+    return min(30, max(1, math.ceil(needed / args.phrase_s)))
+
+
+async def warm_phrase_cache(
+    cache_dir: Path, wav: Path, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    """Play the phrase once to the end in a gateway that persists its phrase cache to
+    ``cache_dir``; every rung's gateway then loads it at start-up, so all speech is cache hits
+    (no synthesis, no encoding) from the first request on."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp / "warm.log"
+    started = time.monotonic()
+    server = spawn_server(
+        server_command("gateway", port, 1, wav, ["--phrase-cache-dir", str(cache_dir)]), log
+    )
+    state: dict[str, Any] = {}
+    try:
+        await wait_healthy(url, server, log, 60)
+        aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+        timeout = aiohttp.ClientTimeout(total=args.phrase_s + 90)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            session = LoadSession(0, url, http, full=False)
+            try:
+                if not await session.connect(30):
+                    raise RuntimeError(f"warm-up session did not connect: {session.error}")
+                reply = await session.speak(LONG_TEXT)
+                deadline = time.monotonic() + args.phrase_s + 60
+                while state.get("state") not in ("done", "failed", "interrupted"):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError("warm-up utterance did not finish")
+                    async with http.get(
+                        url + reply["location"], params={"wait": "1", "timeout": "60"}
+                    ) as r:
+                        state = await r.json(content_type=None)
+                await asyncio.sleep(0.5)  # the cache stores the phrase when it is DONE
+            finally:
+                await session.close()
+    finally:
+        stop(server)  # the cache's writer thread finishes its writes on shutdown
+    files = [p for p in cache_dir.rglob("*") if p.is_file()]
+    if state.get("state") != "done" or not files:
+        raise RuntimeError(f"phrase cache warm-up failed: {state}, {len(files)} files, "
+                           f"{tail(log)}")
+    return {"seconds": round(time.monotonic() - started, 1), "files": len(files),
+            "frames": state.get("frames_sent")}
+
+
+def pinned(cmd: list[str], cpu: int | None) -> list[str]:
+    """``cmd`` pinned to ``cpu`` (None or negative, or no taskset: unpinned)."""
+    if cpu is None or cpu < 0 or shutil.which("taskset") is None:
+        return cmd
+    return ["taskset", "-c", str(cpu), *cmd]
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}): {tail(log)}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"{url}/healthz") as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server did not start: {tail(log)}")
+            await asyncio.sleep(0.1)  # polling a process we do not control: no event exists
+
+
+def tail(path: Path, chars: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
+
+
+def spawn_server(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as logf:
+        return subprocess.Popen(
+            cmd, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=_child_setup, cwd=REPO
+        )
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+async def run_rung(
+    kind: str, n: int, args: argparse.Namespace, wav: Path, tmp: Path, gateway_extra: list[str]
+) -> dict:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp / f"{kind}-{n}.log"
+    out = tmp / f"{kind}-{n}.json"
+    rung: dict[str, Any] = {"server": kind, "n": n, "loadavg_before": procstats.load_average()}
+    server = spawn_server(
+        pinned(server_command(kind, port, n, wav, gateway_extra), args.server_cpu), log
+    )
+    try:
+        await wait_healthy(url, server, log, 60)
+        await asyncio.sleep(0.5)
+        rung["idle_rss_kb"] = procstats.rss_kb(server.pid)
+        cmd = [
+            sys.executable, "-m", "bench.loadgen", "--url", url,
+            "--server-pid", str(server.pid), "--sessions", str(n), "--full", str(args.full),
+            "--batch", str(args.batch), "--window", str(args.window),
+            "--silent-window", str(args.silent_window), "--out", str(out),
+        ]
+        if kind == "gateway":
+            cmd += ["--utterances", str(utterances_for(n, args))]
+            if args.probe_overhead:
+                cmd += ["--probe-overhead", str(args.probe_overhead)]
+        if args.no_speech:
+            cmd.append("--no-speech")
+        if args.profile and n == args.profile:
+            profile = Path(args.out).with_name(f"load-profile-{kind}-{n}.txt")
+            cmd += ["--profile", str(profile)]
+        gen = await asyncio.create_subprocess_exec(
+            *pinned(cmd, args.loadgen_cpu),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
+            preexec_fn=_child_setup,
+        )
+        try:
+            output, _ = await asyncio.wait_for(gen.communicate(), args.rung_timeout)
+        except TimeoutError:
+            gen.kill()
+            await gen.wait()
+            rung["error"] = "load generator timed out"
+            return rung
+        if gen.returncode != 0 or not out.exists():
+            rung["error"] = f"load generator failed ({gen.returncode}): " + output.decode(
+                errors="replace"
+            )[-1500:]
+            return rung
+        rung.update(json.loads(out.read_text()))
+        profile = (rung.get("speaking") or {}).get("profile")
+        if profile and Path(profile).exists():
+            rung["profile_top"] = profile_top(Path(profile))
+        if server.poll() is not None:
+            rung["error"] = f"server died: {tail(log)}"
+    finally:
+        stop(server)
+        rung["server_log_tail"] = tail(log, 600) or None
+    return rung
+
+
+def profile_top(path: Path, top: int = 25) -> dict[str, Any]:
+    """Summarise py-spy's collapsed stacks: share of samples per function, self and inclusive."""
+    self_n: dict[str, int] = {}
+    incl_n: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split(":")[0].rsplit("/", 1)[-1]
+                  + ")" if " (" in f else f for f in stack.split(";")]
+        self_n[frames[-1]] = self_n.get(frames[-1], 0) + n
+        for f in set(frames):
+            incl_n[f] = incl_n.get(f, 0) + n
+
+    def best(d: dict[str, int]) -> list[tuple[str, float]]:
+        return [(k, round(100 * v / total, 1)) for k, v in
+                sorted(d.items(), key=lambda kv: -kv[1])[:top]]
+
+    return {"samples": total, "self_pct": best(self_n), "inclusive_pct": best(incl_n)}
+
+
+def verdict(rung: dict[str, Any], min_on_time: float, speech: bool) -> list[str]:
+    """Why this rung counts as broken (empty: it held)."""
+    why: list[str] = []
+    if rung.get("error"):
+        why.append(rung["error"].splitlines()[0][:120])
+    connect = rung.get("connect", {})
+    if connect.get("failed"):
+        why.append(f"{connect['failed']} connect failures")
+    if speech:
+        reqs = rung.get("speech_requests", {})
+        if reqs.get("failed"):
+            why.append(f"{reqs['failed']} speech requests failed")
+    window = rung.get("speaking" if speech else "silent") or {}
+    if not window.get("sessions_measured"):
+        why.append("nothing measured")
+        return why
+    if window.get("sessions_without_packets"):
+        why.append(f"{window['sessions_without_packets']} sessions received nothing")
+    if window["on_time_share"] < min_on_time:
+        why.append(f"on time {window['on_time_share']:.1%} < {min_on_time:.0%}")
+    if speech and window.get("speech_share", 1) < 0.95:
+        why.append(f"only {window['speech_share']:.0%} of frames were speech")
+    return why
+
+
+def warnings(rung: dict[str, Any], gateway_speech: str | None) -> list[str]:
+    """Reasons to doubt what the rung measured (it is not marked broken for them)."""
+    out: list[str] = []
+    probe = rung.get("server_overhead_ms") or {}
+    hits = probe.get("served_from_phrase_cache")
+    if gateway_speech == "cache" and hits is not None and hits < probe.get("probes", 0):
+        out.append(f"only {hits} of {probe['probes']} probe utterances were phrase cache hits: "
+                   "the speaking window may include encoding")
+    for phase in ("silent", "speaking"):
+        w = rung.get(phase) or {}
+        delay = (w.get("loadgen_hook_delay_ms") or {}).get("p99")
+        if w.get("loadgen_cpu_pct", 0) > 80:
+            out.append(f"{phase}: the load generator was busy ({w['loadgen_cpu_pct']} % CPU)")
+        if w.get("arrival_clock") not in (None, "kernel") and delay is not None and delay > 5:
+            out.append(f"{phase}: arrival times partly from our hook, p99 {delay:.1f} ms late")
+    for check in rung.get("decode_check") or []:
+        if check.get("packets") and abs((check.get("peak_hz") or 0) - 440) > 5:
+            out.append(f"decoded session {check['session']} peaks at {check['peak_hz']} Hz")
+    return out
+
+
+def contention(rung: dict[str, Any], server_cpu: int, speech: bool) -> float | None:
+    """The share of the server's core that other processes took in the measured window, when
+    it is large enough (> 20 %) to make the result suspect; else None."""
+    window = rung.get("speaking" if speech else "silent") or {}
+    busy = (window.get("core_busy_pct") or {}).get(str(server_cpu))
+    if busy is None or server_cpu < 0:
+        return None
+    others = busy - window.get("server_cpu_pct", 0.0)
+    return round(others, 1) if others > 20 else None
+
+
+def per_stream_rss(rungs: list[dict[str, Any]], phase: str) -> dict[str, Any]:
+    """RSS slope over N (KB per added stream) for the rungs that held."""
+    pts = [
+        (r["n"], r[phase]["server_rss_kb"]) for r in rungs
+        if not r.get("broken") and r.get(phase, {}).get("server_rss_kb")
+    ]
+    fit = procstats.linear_fit([float(n) for n, _ in pts], [float(kb) for _, kb in pts])
+    return {
+        "kb_per_stream": None if fit is None else round(fit[0], 1),
+        "intercept_mb": None if fit is None else round(fit[1] / 1024, 1),
+        "points": pts,
+    }
+
+
+def row(r: dict[str, Any], phase: str, server_cpu: int = 0) -> str:
+    w = r.get(phase) or {}
+    c = r.get("connect") or {}
+
+    def f(v: Any, spec: str) -> str:
+        return format(v, spec) if isinstance(v, int | float) else "-"
+
+    rss = w.get("server_rss_kb")
+    per = (rss - r["idle_rss_kb"]) / r["n"] if rss and r.get("idle_rss_kb") else None
+    late = w.get("lateness_ms") or {}
+    busy = (w.get("core_busy_pct") or {}).get(str(server_cpu))
+    others = None if busy is None else max(0.0, busy - w.get("server_cpu_pct", 0.0))
+    return (
+        f"{r['server']:<8} {phase:<8} {r['n']:>5} {f(w.get('server_cpu_pct'), '6.1f')} "
+        f"{f(w.get('server_cpu_us_per_packet'), '7.1f')} "
+        f"{f(100 * w['on_time_share'] if 'on_time_share' in w else None, '7.2f')} "
+        f"{f(late.get('p99'), '7.1f')} {f(w.get('packets_lost'), '6d')} "
+        f"{f(c.get('ms_p50'), '7.0f')} {f(c.get('ms_p95'), '7.0f')} "
+        f"{f(rss / 1024 if rss else None, '7.1f')} {f(per, '7.0f')} "
+        f"{f(w.get('loadgen_cpu_pct'), '5.1f')} {f(others, '5.1f')} "
+        f"{f((w.get('loadavg') or [None])[0], '5.2f')}  "
+        f"{'BROKE: ' + '; '.join(r['broken']) if r.get('broken') else 'ok'}"
+    )
+
+
+HEADER = (
+    f"{'server':<8} {'window':<8} {'N':>5} {'CPU%':>6} {'µs/pkt':>7} {'ontime%':>7} "
+    f"{'p99 ms':>7} {'lost':>6} {'conn50':>7} {'conn95':>7} {'RSS MB':>7} {'KB/str':>7} "
+    f"{'gen%':>5} {'oth%':>5} {'load1':>5}  status"
+)
+
+
+def print_table(
+    results: dict[str, list[dict[str, Any]]], speech: bool, server_cpu: int = 0
+) -> None:
+    print(HEADER)
+    for rungs in results.values():
+        for r in rungs:
+            if r.get("silent"):
+                print(row(r, "silent", server_cpu))
+            if speech and r.get("speaking"):
+                print(row(r, "speaking", server_cpu))
+
+
+def ratios(results: dict[str, list[dict[str, Any]]], phase: str) -> list[dict[str, Any]]:
+    gw = {r["n"]: r.get(phase) or {} for r in results.get("gateway", [])}
+    base = {r["n"]: r.get(phase) or {} for r in results.get("baseline", [])}
+    out = []
+    for n in sorted(set(gw) & set(base)):
+        g, b = gw[n], base[n]
+
+        def ratio(key: str, g: dict = g, b: dict = b) -> float | None:
+            gv, bv = g.get(key), b.get(key)
+            return round(gv / bv, 3) if gv is not None and bv else None
+
+        out.append({
+            "n": n,
+            "cpu_pct": ratio("server_cpu_pct"),
+            "cpu_us_per_packet": ratio("server_cpu_us_per_packet"),
+            "on_time_share": ratio("on_time_share"),
+        })
+    return out
+
+
+def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, (ax_cpu, ax_ok) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = {"gateway": "tab:blue", "baseline": "tab:red"}
+    phases = ["speaking", "silent"] if speech else ["silent"]
+    for kind, rungs in results.items():
+        for phase in phases:
+            pts = [(r["n"], r[phase]) for r in rungs if r.get(phase, {}).get("sessions_measured")]
+            if not pts:
+                continue
+            ns = [n for n, _ in pts]
+            line = "-o" if phase == phases[0] else ":x"
+            label = f"{kind} ({phase})"
+            ax_cpu.plot(ns, [w["server_cpu_pct"] for _, w in pts], line, color=styles[kind],
+                        label=label)
+            ax_ok.plot(ns, [100 * w["on_time_share"] for _, w in pts], line,
+                       color=styles[kind], label=label)
+    ax_cpu.axhline(100, color="grey", lw=0.8, ls="--")
+    ax_cpu.set(xlabel="concurrent streams N", ylabel="server CPU % (one pinned core)",
+               title="CPU vs streams")
+    ax_ok.axhline(99.5, color="grey", lw=0.8, ls="--")
+    ax_ok.set(xlabel="concurrent streams N", ylabel="frames on time (≤5 ms) %",
+              title="On-time share vs streams")
+    for ax in (ax_cpu, ax_ok):
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return matplotlib.__version__
+
+
+def what_gateway_speaks(mode: str, phrase_s: float) -> str:
+    phrase = (f"a {phrase_s:g} s 440 Hz tone (24 kHz mono WAV voice), the same text queued "
+              "back to back")
+    if mode == "cache":
+        return (f"{phrase}; every utterance a phrase cache hit (warmed once, loaded from "
+                "--phrase-cache-dir): no synthesis, no encoding, only the media path")
+    return (f"{phrase}; phrase cache off, so every frame is Opus-encoded by the gateway "
+            "(synthesis itself is one memcpy of the WAV per utterance)")
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    ladder = sorted({int(x) for x in args.ladder.split(",") if x.strip()})
+    kinds = SERVERS if args.server == "both" else (args.server,)
+    speech = not args.no_speech
+    results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
+    discarded: list[dict[str, Any]] = []  # broken under contention, then measured again
+    started = time.monotonic()
+    mode = args.gateway_speech
+    warm: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="bench-load-") as tmpdir:
+        tmp = Path(tmpdir)
+        wav = tone_wav(tmp / "tone440.wav", args.phrase_s)
+        gateway_extra: list[str] = []
+        if "gateway" in kinds and speech:
+            flags = gateway_flags()
+            has_cache = "--phrase-cache-dir" in flags
+            if mode == "auto":
+                mode = "cache" if has_cache else "encode"
+            if mode == "cache":
+                if not has_cache:
+                    raise SystemExit("this gateway has no --phrase-cache-dir: use "
+                                     "--gateway-speech encode")
+                cache_dir = tmp / "phrases"
+                cache_dir.mkdir()
+                print(f"warming the phrase cache ({args.phrase_s:g} s phrase) ...", flush=True)
+                warm = await warm_phrase_cache(cache_dir, wav, args, tmp)
+                gateway_extra = ["--phrase-cache-dir", str(cache_dir)]
+            elif "--phrase-cache-mb" in flags:
+                gateway_extra = ["--phrase-cache-mb", "0"]  # every frame encoded
+        print(HEADER, flush=True)
+        for kind in kinds:
+            for n in ladder:
+                print(f"[{time.monotonic() - started:6.1f}s] {kind} N={n} ...", flush=True)
+                for attempt in range(args.retries + 1):
+                    rung = await run_rung(kind, n, args, wav, tmp, gateway_extra)
+                    rung["broken"] = verdict(rung, args.min_on_time, speech)
+                    rung["contended"] = contention(rung, args.server_cpu, speech)
+                    rung["warnings"] = warnings(rung, mode if kind == "gateway" else None)
+                    for warning in rung["warnings"]:
+                        print(f"  warning: {warning}", flush=True)
+                    for phase in ("silent", "speaking") if speech else ("silent",):
+                        if rung.get(phase):
+                            print(row(rung, phase, args.server_cpu), flush=True)
+                    if not (rung["broken"] and rung["contended"]) or attempt == args.retries:
+                        break
+                    print(f"  other processes took {rung['contended']:.0f} % of the server's "
+                          "core: measuring this N again", flush=True)
+                    rung["retried"] = True
+                    discarded.append(rung)
+                results[kind].append(rung)
+                if rung["broken"]:
+                    break
+    summary = {
+        kind: {
+            "max_n_held": max((r["n"] for r in rungs if not r["broken"]), default=None),
+            "broke_at": next((r["n"] for r in rungs if r["broken"]), None),
+            "rss_silent": per_stream_rss(rungs, "silent"),
+            "rss_speaking": per_stream_rss(rungs, "speaking") if speech else None,
+        }
+        for kind, rungs in results.items()
+    }
+    return {
+        "what_speaks": {
+            "gateway": what_gateway_speaks(mode, args.phrase_s) if speech else None,
+            "gateway_silent_window": "the gateway's pre-encoded silence packet (no synthesis, "
+            "no encoding): its media path alone",
+            "baseline": "stock aiortc AudioStreamTrack subclass: 48 kHz s16 mono 440 Hz tone "
+            "frames; aiortc resamples and Opus-encodes every frame, silence frames too",
+        },
+        "phrase_cache_warmup": warm,
+        "settings": {
+            "ladder": ladder, "window_s": args.window, "silent_window_s": args.silent_window,
+            "batch": args.batch, "full_sessions": args.full, "speech": speech,
+            "min_on_time": args.min_on_time, "on_time_ms": 5, "server_cpu": args.server_cpu,
+            "gateway_speech": mode if speech else None, "phrase_s": args.phrase_s,
+            "nice": args.nice,
+            "loadgen_cpu": args.loadgen_cpu,
+        },
+        "duration_s": round(time.monotonic() - started, 1),
+        "summary": summary,
+        "ratios_gateway_over_baseline": {
+            "speaking": ratios(results, "speaking") if speech else None,
+            "silent": ratios(results, "silent"),
+        },
+        "results": results,
+        "discarded_rungs": discarded,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ladder", default=DEFAULT_LADDER, help="comma-separated N values")
+    parser.add_argument("--window", type=float, default=10.0, help="speaking window, s")
+    parser.add_argument("--silent-window", type=float, default=4.0,
+                        help="window with all sessions connected, before speech (0: skip), s")
+    parser.add_argument("--server", choices=[*SERVERS, "both"], default="both")
+    parser.add_argument("--batch", type=int, default=20, help="sessions connected at a time")
+    parser.add_argument("--full", type=int, default=2, help="sessions that fully decode")
+    parser.add_argument("--min-on-time", type=float, default=0.90,
+                        help="a rung breaks below this on-time share")
+    parser.add_argument("--gateway-speech", choices=["auto", "cache", "encode"], default="auto",
+                        help="cache: every utterance a phrase cache hit (media path only); "
+                        "encode: phrase cache off, every frame encoded; auto: cache when this "
+                        "gateway has --phrase-cache-dir")
+    parser.add_argument("--phrase-s", type=float, default=15.0,
+                        help="length of the spoken phrase (a 440 Hz tone); each session queues "
+                        "enough of them to outlast the measurement")
+    parser.add_argument("--no-speech", action="store_true",
+                        help="measure the silent window only (no speech requests)")
+    parser.add_argument("--probe-overhead", type=int, default=10, metavar="K",
+                        help="gateway: K sessions re-asked for speech after the window, to read "
+                        "first PCM -> first RTP under load (0: off)")
+    parser.add_argument("--server-cpu", type=int, default=0, help="core for the server (-1: any)")
+    parser.add_argument("--loadgen-cpu", type=int, default=1,
+                        help="core for the load generator (-1: any)")
+    parser.add_argument("--rung-timeout", type=float, default=300.0)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="py-spy each server over its speaking window at this N (collapsed "
+                        "stacks next to --out, a summary in the JSON)")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="niceness increment for the server and load generator processes "
+                        "(negative, as root: favour them over other work on a shared machine)")
+    parser.add_argument("--retries", type=int, default=1,
+                        help="measure a broken N again when other processes took > 20 %% of "
+                        "the server's core meanwhile")
+    parser.add_argument("--out", default=str(RESULTS / "load.json"))
+    parser.add_argument("--plot", default=None, help="PNG path (default: next to --out)")
+    args = parser.parse_args(argv)
+    if os.cpu_count() and max(args.server_cpu, args.loadgen_cpu) >= os.cpu_count():
+        parser.error(f"only {os.cpu_count()} CPUs (a negative CPU: not pinned)")
+    if shutil.which("taskset") is None:
+        print("note: no taskset here: processes are not pinned to cores", file=sys.stderr)
+    global NICE
+    NICE = args.nice
+    data = asyncio.run(main_async(args))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = Path(args.plot) if args.plot else out.with_suffix(".png")
+    data["matplotlib"] = plot(data["results"], png, data["settings"]["speech"])
+    data["plot"] = str(png) if data["matplotlib"] else None
+    data = {"benchmark": "load", "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "machine": machine(), "loadavg_end": procstats.load_average(), **data}
+    out.write_text(json.dumps(data, indent=1))
+    print()
+    print_table(data["results"], data["settings"]["speech"], args.server_cpu)
+    for phase in ("speaking", "silent"):
+        for r in data["ratios_gateway_over_baseline"].get(phase) or []:
+            print(f"gateway/baseline ({phase}) N={r['n']}: CPU {r['cpu_pct']}, "
+                  f"µs/pkt {r['cpu_us_per_packet']}, on-time {r['on_time_share']}")
+    for kind, s in data["summary"].items():
+        print(f"{kind}: held up to N={s['max_n_held']}, broke at N={s['broke_at']}; "
+              f"RSS per added stream {s['rss_silent']['kb_per_stream']} KB (silent), "
+              f"{(s['rss_speaking'] or {}).get('kb_per_stream')} KB (speaking)")
+    print(f"written {out}" + (f" and {png}" if data["plot"] else " (no matplotlib: no plot)"))
+    return data
+
+
+if __name__ == "__main__":
+    main()
