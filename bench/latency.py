@@ -81,7 +81,8 @@ async def main(args: argparse.Namespace) -> None:
     aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
     results: dict[str, Any] = {}
     voices = ["joe=piper", "tone=tone:440?seconds=0.5"]
-    async with gateway_process(voices) as url:
+    # Repeated sentences would be phrase-cache hits: measure synthesis, not the cache.
+    async with gateway_process(voices, extra=["--phrase-cache-mb", "0"]) as url:
         for name in ("joe", "tone"):
             await measure(url, name, 2)  # warm-up: model caches, first-call paths
             results[name] = await measure(url, name, args.runs)

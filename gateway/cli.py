@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.http.app import create_app
+from gateway.http.routes import REGISTRY
 from gateway.tts.registry import VoiceRegistry
 
 
@@ -22,6 +23,7 @@ async def serve(config: GatewayConfig) -> None:
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
+    app[REGISTRY].gc.freeze()  # models and start-up state are long-lived: out of the GC's sight
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     print(f"voice gateway on http://{shown}:{config.port}/  (demo page)", flush=True)
     print(f"  voices: {', '.join(voices.names)}; API: POST /v1/sessions", flush=True)

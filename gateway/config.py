@@ -38,6 +38,8 @@ class GatewayConfig:
     answer_nack: bool = True
     test_drop_first_tx_percent: float = 0.0
     test_drop_seed: int | None = None
+    phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
+    phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -137,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
                    default=_env("EVENT_LOOP", "auto"),
                    help="auto = uvloop when installed (the 'speed' extra), else asyncio "
                    "[GATEWAY_EVENT_LOOP]")
+    p.add_argument("--phrase-cache-mb", type=float,
+                   default=float(_env("PHRASE_CACHE_MB", str(d.phrase_cache_mb)) or 0),
+                   help="memory for already-encoded repeated phrases, MB; 0 disables "
+                   "[GATEWAY_PHRASE_CACHE_MB]")
+    p.add_argument("--phrase-cache-dir", type=Path,
+                   default=Path(v) if (v := _env("PHRASE_CACHE_DIR")) else None,
+                   help="persist the phrase cache in this directory (default: memory only) "
+                   "[GATEWAY_PHRASE_CACHE_DIR]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
     return p
@@ -166,4 +176,6 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         event_loop=args.event_loop,
         answer_nack=not args.no_nack,
         test_drop_first_tx_percent=args.test_drop_first_tx,
+        phrase_cache_mb=args.phrase_cache_mb,
+        phrase_cache_dir=args.phrase_cache_dir,
     )

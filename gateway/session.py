@@ -25,6 +25,7 @@ from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_
 from gateway.media.retransmission import Retransmitter
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
+from gateway.phrase_cache import PhraseCache
 from gateway.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
 from gateway.speech import Speaker, Utterance, UtteranceState
 
@@ -55,6 +56,7 @@ class Session:
         pc: RTCPeerConnection,
         options: SessionOptions,
         on_closed: Callable[[Session], None] | None = None,
+        phrase_cache: PhraseCache | None = None,
     ) -> None:
         self.id = secrets.token_urlsafe(12)
         self.pc = pc
@@ -69,7 +71,8 @@ class Session:
             self.queue, self.store, silence_packet(options.encoder), shared_ticker()
         )
         self.speaker = Speaker(
-            self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances
+            self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances,
+            cache=phrase_cache,
         )
         self.retransmitter = Retransmitter(self.store, is_cancelled=_cut_off)
         self.offer: OfferSummary | None = None
@@ -84,11 +87,12 @@ class Session:
         rtc_config: RTCConfiguration,
         options: SessionOptions,
         on_closed: Callable[[Session], None] | None = None,
+        phrase_cache: PhraseCache | None = None,
     ) -> tuple[Session, str]:
         """Answer ``offer_sdp``; returns the session and the answer SDP. Raises SdpRejected."""
         summary = inspect_offer(offer_sdp)
         pc = RTCPeerConnection(rtc_config)
-        session = cls(pc, options, on_closed)
+        session = cls(pc, options, on_closed, phrase_cache)
         session.offer = summary
         try:
             answer = await session._negotiate(offer_sdp)

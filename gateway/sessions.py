@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
 
+from gateway.gc_policy import GcPolicy
+from gateway.phrase_cache import PhraseCache
 from gateway.session import Session, SessionOptions
 
 
@@ -16,11 +18,17 @@ class SessionLimitReached(Exception):
 
 class SessionRegistry:
     def __init__(
-        self, rtc_config: RTCConfiguration, options: SessionOptions, max_sessions: int = 100
+        self,
+        rtc_config: RTCConfiguration,
+        options: SessionOptions,
+        max_sessions: int = 100,
+        phrase_cache: PhraseCache | None = None,
     ) -> None:
         self.rtc_config = rtc_config
         self.options = options
         self.max_sessions = max_sessions
+        self.phrase_cache = phrase_cache  # one per process, shared by every session
+        self.gc = GcPolicy()
         self._sessions: dict[str, Session] = {}
         self._creating = 0
         self.created_total = 0
@@ -40,16 +48,19 @@ class SessionRegistry:
         self._creating += 1
         try:
             session, answer = await Session.create(
-                offer_sdp, self.rtc_config, self.options, on_closed=self._forget
+                offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
+                phrase_cache=self.phrase_cache,
             )
         finally:
             self._creating -= 1
         self._sessions[session.id] = session
         self.created_total += 1
+        self.gc.freeze()  # the session's long-lived objects leave the collector's sight
         return session, answer
 
     def _forget(self, session: Session) -> None:
-        self._sessions.pop(session.id, None)
+        if self._sessions.pop(session.id, None) is not None:
+            self.gc.session_closed(len(self._sessions))
 
     async def close(self, session_id: str) -> bool:
         session = self._sessions.get(session_id)

@@ -23,9 +23,12 @@ from gateway.media.framer import Framer, SampleAligner
 from gateway.media.frames import EncodedFrame
 from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameEncoder
 from gateway.media.resample import Resampler
+from gateway.phrase_cache import CachedPhrase, PhraseCache, PhraseKey, PhraseRecorder
 from gateway.tts.base import SynthesisError, Synthesizer
 
 log = logging.getLogger(__name__)
+
+ENCODE_SLICE = 4  # frames encoded between yields to the event loop (~1 ms on a slow core)
 
 
 class UtteranceState(StrEnum):
@@ -53,6 +56,7 @@ class Utterance:
     first_sent_at: float | None = None
     finished_at: float | None = None
     frames_encoded: int = 0
+    cached: bool = False  # served from the phrase cache: no synthesis, no encoding
     frames_sent: int = 0
     total_frames: int | None = None  # known once synthesis has ended
     first_seq: int | None = None
@@ -94,6 +98,7 @@ class Utterance:
             "error": self.error,
             "chars": len(self.text),
             "frames_encoded": self.frames_encoded,
+            "cached": self.cached,
             "frames_sent": self.frames_sent,
             "first_seq": self.first_seq,
             "last_seq": self.last_seq,
@@ -125,9 +130,13 @@ class Speaker:
         encoder: OpusFrameEncoder,
         max_pending: int = 32,
         history: int = 64,
+        cache: PhraseCache | None = None,
     ) -> None:
         self.frames = frames
         self.encoder = encoder
+        self.cache = cache if cache is not None and cache.enabled else None
+        # Fully encoded utterances still playing out: stored in the cache once DONE.
+        self._recordings: dict[Utterance, tuple[PhraseKey, PhraseRecorder]] = {}
         self.max_pending = max_pending
         self._pending: deque[tuple[Utterance, Synthesizer]] = deque()
         self._wakeup = asyncio.Event()
@@ -147,7 +156,7 @@ class Speaker:
             self.interrupt()
         if len(self._pending) >= self.max_pending:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
-        utterance = Utterance(text=text, voice=voice.name, on_finish=self._count_final)
+        utterance = Utterance(text=text, voice=voice.name, on_finish=self._on_final)
         self._remember(utterance)
         self._pending.append((utterance, voice))
         self._wakeup.set()
@@ -203,8 +212,12 @@ class Speaker:
         self._by_id[utterance.id] = utterance
         self.counts[UtteranceState.QUEUED.value] += 1
 
-    def _count_final(self, utterance: Utterance) -> None:
+    def _on_final(self, utterance: Utterance) -> None:
         self.counts[utterance.state.value] += 1
+        recording = self._recordings.pop(utterance, None)
+        if recording is not None and self.cache is not None:
+            if utterance.state is UtteranceState.DONE:  # complete, not cut, not failed
+                self.cache.put_recording(*recording)
 
     @staticmethod
     def _finish(utterance: Utterance, state: UtteranceState, error: str | None = None) -> None:
@@ -236,6 +249,15 @@ class Speaker:
 
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
         utterance.state = UtteranceState.SYNTHESIZING
+        key: PhraseKey | None = None
+        recorder: PhraseRecorder | None = None
+        if self.cache is not None:
+            key = self.cache.key(voice.name, utterance.text, self.encoder.settings)
+            phrase = self.cache.get(key)
+            if phrase is not None:
+                await self._replay(utterance, phrase)
+                return
+            recorder = self.cache.recorder()
         aligner = SampleAligner()
         framer = Framer(FRAME_SAMPLES)
         resampler: Resampler | None = None
@@ -249,7 +271,7 @@ class Speaker:
                         resampler = Resampler(chunk.sample_rate)
                     samples = resampler.push(aligner.push(chunk.data))
                     for pcm in framer.push(samples):
-                        await self._emit(utterance, pcm, index)
+                        await self._emit(utterance, pcm, index, recorder)
                         index += 1
         except SynthesisError as exc:
             log.warning("utterance %s: %s", utterance.id, exc)
@@ -258,15 +280,40 @@ class Speaker:
         tail = resampler.flush() if resampler is not None else None
         frames = framer.push(tail) if tail is not None and tail.size else []
         for pcm in frames + framer.flush():
-            await self._emit(utterance, pcm, index)
+            await self._emit(utterance, pcm, index, recorder)
             index += 1
-        utterance.total_frames = index
-        if utterance.frames_sent >= index:  # nothing left in flight (or nothing at all)
+        if key is not None and recorder is not None:
+            self._recordings[utterance] = (key, recorder)
+        self._all_queued(utterance, index)
+
+    async def _replay(self, utterance: Utterance, phrase: CachedPhrase) -> None:
+        """A phrase cache hit: its packets go straight to the queue, still paced by it."""
+        utterance.cached = True
+        index = 0
+        for payload in phrase.payloads():
+            await self._put(utterance, payload, index)
+            index += 1
+        self._all_queued(utterance, index)
+
+    def _all_queued(self, utterance: Utterance, count: int) -> None:
+        utterance.total_frames = count
+        if utterance.frames_sent >= count:  # nothing left in flight (or nothing at all)
             self._finish(utterance, UtteranceState.DONE)
 
-    async def _emit(self, utterance: Utterance, pcm: bytes, index: int) -> None:
+    async def _emit(
+        self, utterance: Utterance, pcm: bytes, index: int, recorder: PhraseRecorder | None
+    ) -> None:
         payload = self.encoder.encode(pcm)
         utterance.frames_encoded += 1
+        if recorder is not None:
+            recorder.add(payload)
+        await self._put(utterance, payload, index)
+        if index % ENCODE_SLICE == ENCODE_SLICE - 1:
+            # A synthesizer may hand over seconds of PCM at once (a Piper clause, a big HTTP
+            # read): encode it in slices, letting every stream's pacer run in between.
+            await asyncio.sleep(0)
+
+    async def _put(self, utterance: Utterance, payload: bytes, index: int) -> None:
         await self.frames.put(EncodedFrame(payload, utterance, index))
         if utterance.first_frame_queued_at is None:
             utterance.first_frame_queued_at = time.monotonic()

@@ -9,7 +9,8 @@ from aiohttp import web
 from gateway import aiortc_compat
 from gateway.config import GatewayConfig
 from gateway.http.errors import json_errors
-from gateway.http.routes import LIMITS, REGISTRY, VOICES, routes
+from gateway.http.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
+from gateway.phrase_cache import PhraseCache
 from gateway.sessions import SessionRegistry
 from gateway.tts.registry import VoiceRegistry
 
@@ -18,8 +19,13 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     """The gateway as an aiohttp app. ``voices`` defaults to those in ``config``."""
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
     app = web.Application(middlewares=[json_errors], client_max_size=config.max_body_bytes)
+    options = config.session_options()
+    app[CACHE] = cache = PhraseCache(
+        int(config.phrase_cache_mb * 1024 * 1024), config.phrase_cache_dir,
+        settings=options.encoder,
+    )
     app[REGISTRY] = SessionRegistry(
-        config.rtc_configuration(), config.session_options(), config.max_sessions
+        config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache
     )
     app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
@@ -36,6 +42,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         yield
         await app[REGISTRY].close_all()
+        cache.close()  # waits for pending phrase cache writes
         if voices is None:  # we built them, we close them
             await app[VOICES].close()
 

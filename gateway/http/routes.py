@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -11,6 +12,7 @@ from aiortc import sdp as aiortc_sdp
 
 from gateway import __version__
 from gateway.http.errors import ApiError
+from gateway.phrase_cache import PhraseCache
 from gateway.sdp_policy import SdpRejected
 from gateway.session import Session
 from gateway.sessions import SessionLimitReached, SessionRegistry
@@ -24,6 +26,7 @@ JSON = "application/json"
 REGISTRY = web.AppKey("registry", SessionRegistry)
 VOICES = web.AppKey("voices", VoiceRegistry)
 LIMITS = web.AppKey("limits", dict)
+CACHE = web.AppKey("phrase_cache", PhraseCache)
 
 routes = web.RouteTableDef()
 
@@ -210,8 +213,16 @@ async def list_voices(request: web.Request) -> web.Response:
     return web.json_response({"default": voices.default, "voices": voices.names})
 
 
+@routes.get("/v1/cache")
+async def cache_stats(request: web.Request) -> web.Response:
+    """The phrase cache's counters: hits, misses, evictions, bytes, disk."""
+    return web.json_response(request.app[CACHE].stats())
+
+
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
+    registry = request.app[REGISTRY]
     return web.json_response(
-        {"status": "ok", "version": __version__, "sessions": len(request.app[REGISTRY])}
+        {"status": "ok", "version": __version__, "sessions": len(registry),
+         "gc": asdict(registry.gc.stats)}
     )

@@ -100,7 +100,10 @@ _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
 )
 
 
-def shared_ticker(period: float = 0.020) -> Ticker:
+GRID_S = 0.005  # four ticks per 20 ms frame: streams spread over them
+
+
+def shared_ticker(period: float = GRID_S) -> Ticker:
     """The ticker of the running event loop (one per loop and period)."""
     loop = asyncio.get_running_loop()
     ticker = _TICKERS.get(loop)

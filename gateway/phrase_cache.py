@@ -1,0 +1,267 @@
+"""The phrase cache: already-encoded Opus frames for replies that repeat, keyed by voice and text.
+
+A hit replays the stored packets straight into a session's frame queue: no synthesis, no
+encoding. One cache per process, shared by every session; bounded in bytes with LRU eviction.
+
+Keys carry the encoder settings (and the file format version), so changing the bitrate, FEC,
+expected loss or complexity never serves frames encoded under the old settings. Text is
+normalised (Unicode NFC, runs of whitespace collapsed, ends stripped) before keying.
+
+With a directory, entries are persisted (``phrase_store``): written atomically by one
+background thread, deleted when evicted, loaded (newest first, up to the bound) at start-up.
+Files that are corrupt or from other settings are ignored and counted, never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import unicodedata
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.media.opus_codec import FRAME_MS, SAMPLE_RATE, EncoderSettings
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+ENTRY_OVERHEAD = 256  # bytes charged per entry for the key, the objects and the LRU link
+DEFAULT_MAX_ENTRY_BYTES = 512 * 1024  # about two minutes of speech at 32 kbit/s
+
+
+def normalize_text(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFC", text).split())
+
+
+def settings_tag(settings: EncoderSettings) -> str:
+    """Everything that decides the encoded bytes besides the PCM, as one string."""
+    return (f"v{FORMAT_VERSION}/opus/{SAMPLE_RATE}Hz/{FRAME_MS}ms/b{settings.bitrate}"
+            f"/fec{int(settings.fec)}/loss{settings.expected_loss_percent}"
+            f"/c{settings.complexity}")
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseKey:
+    tag: str  # settings_tag(...)
+    voice: str
+    text: str  # normalised
+
+    @property
+    def digest(self) -> str:
+        raw = "\0".join((self.tag, self.voice, self.text)).encode()
+        return hashlib.sha256(raw).hexdigest()[:40]
+
+
+class CachedPhrase:
+    """One utterance's Opus packets, in order, stored as one blob and a length table."""
+
+    __slots__ = ("blob", "lengths")
+
+    def __init__(self, blob: bytes, lengths: array[int]) -> None:
+        if sum(lengths) != len(blob):
+            raise ValueError("frame lengths do not add up to the blob")
+        self.blob = blob
+        self.lengths = lengths
+
+    @classmethod
+    def from_payloads(cls, payloads: list[bytes]) -> CachedPhrase:
+        return cls(b"".join(payloads), array("H", (len(p) for p in payloads)))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.blob) + self.lengths.itemsize * len(self.lengths)
+
+    def payloads(self) -> Iterator[bytes]:
+        offset = 0
+        blob = memoryview(self.blob)
+        for n in self.lengths:
+            yield bytes(blob[offset : offset + n])
+            offset += n
+
+
+class PhraseRecorder:
+    """Collects an utterance's packets while it is encoded; gives up past ``cap`` bytes."""
+
+    __slots__ = ("_payloads", "_size", "cap", "overflowed")
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self._payloads: list[bytes] = []
+        self._size = 0
+        self.overflowed = False
+
+    def add(self, payload: bytes) -> None:
+        if self.overflowed:
+            return
+        self._size += len(payload)
+        if self._size > self.cap:
+            self.overflowed = True
+            self._payloads = []  # an hour-long text must not pile up here
+            return
+        self._payloads.append(payload)
+
+    def result(self) -> CachedPhrase | None:
+        if self.overflowed or not self._payloads:
+            return None
+        return CachedPhrase.from_payloads(self._payloads)
+
+
+def _charge(key: PhraseKey, phrase: CachedPhrase) -> int:
+    return phrase.nbytes + len(key.voice) + len(key.text.encode()) + ENTRY_OVERHEAD
+
+
+class PhraseCache:
+    """Bounded LRU of encoded phrases. Used from the event loop thread only."""
+
+    def __init__(
+        self,
+        max_bytes: int,
+        directory: Path | str | None = None,
+        max_entry_bytes: int | None = None,
+        settings: EncoderSettings | None = None,
+    ) -> None:
+        """``settings``: the process's encoder settings; persisted entries made under others
+        are not loaded (they could never be hit)."""
+        from gateway.phrase_store import PhraseStore
+
+        self.max_bytes = max(0, int(max_bytes))
+        cap = DEFAULT_MAX_ENTRY_BYTES if max_entry_bytes is None else max_entry_bytes
+        self.max_entry_bytes = min(cap, self.max_bytes)
+        self._entries: OrderedDict[PhraseKey, tuple[CachedPhrase, int]] = OrderedDict()
+        self.bytes = 0
+        self.hits = self.misses = self.stores = self.evictions = self.too_large = 0
+        self.settings = settings or EncoderSettings()
+        self.store: PhraseStore | None = None
+        self._io: ThreadPoolExecutor | None = None
+        if directory is not None and self.enabled:
+            self.store = PhraseStore(Path(directory))
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="phrase-cache-io")
+            self._load()
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def key(self, voice: str, text: str, settings: EncoderSettings) -> PhraseKey:
+        return PhraseKey(settings_tag(settings), voice, normalize_text(text))
+
+    def get(self, key: PhraseKey) -> CachedPhrase | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._entries.move_to_end(key)
+        self._background("touch", key)
+        return entry[0]
+
+    def __contains__(self, key: PhraseKey) -> bool:
+        return key in self._entries
+
+    def recorder(self) -> PhraseRecorder:
+        return PhraseRecorder(self.max_entry_bytes)
+
+    def put(self, key: PhraseKey, phrase: CachedPhrase) -> bool:
+        """Store ``phrase`` (evicting the least recently used); False if it is not stored."""
+        if key in self._entries:
+            self._entries.move_to_end(key)
+            return False
+        if not self._insert(key, phrase):
+            return False
+        self.stores += 1
+        self._background("write", key, phrase)
+        return True
+
+    def put_recording(self, key: PhraseKey, recorder: PhraseRecorder) -> bool:
+        """Store what ``recorder`` collected, if it kept all of it."""
+        if recorder.overflowed:
+            self.too_large += 1
+            return False
+        phrase = recorder.result()
+        return phrase is not None and self.put(key, phrase)
+
+    def _insert(self, key: PhraseKey, phrase: CachedPhrase) -> bool:
+        size = _charge(key, phrase)
+        if not self.enabled or phrase.nbytes > self.max_entry_bytes or size > self.max_bytes:
+            self.too_large += 1
+            return False
+        while self.bytes + size > self.max_bytes:
+            old, (_, old_size) = self._entries.popitem(last=False)
+            self.bytes -= old_size
+            self.evictions += 1
+            self._background("delete", old)
+        self._entries[key] = (phrase, size)
+        self.bytes += size
+        return True
+
+    def clear(self) -> None:
+        for key in list(self._entries):
+            self._background("delete", key)
+        self._entries.clear()
+        self.bytes = 0
+
+    def _background(self, op: str, key: PhraseKey, phrase: CachedPhrase | None = None) -> None:
+        if self._io is None or self.store is None:
+            return
+        store = self.store
+        if op == "write":
+            assert phrase is not None
+            self._io.submit(store.write, key, phrase)
+        elif op == "delete":
+            self._io.submit(store.delete, key)
+        else:
+            self._io.submit(store.touch, key)
+
+    def _load(self) -> None:
+        assert self.store is not None
+        loaded = self.store.load(settings_tag(self.settings))
+        budget = self.max_bytes
+        keep: list[tuple[PhraseKey, CachedPhrase]] = []
+        for key, phrase in loaded:  # newest first
+            size = _charge(key, phrase)
+            if size <= budget and phrase.nbytes <= self.max_entry_bytes:
+                keep.append((key, phrase))
+                budget -= size
+            else:
+                self.evictions += 1
+                self._background("delete", key)
+        for key, phrase in reversed(keep):  # oldest first, so the newest ends most recent
+            self._insert(key, phrase)
+
+    def flush(self) -> None:
+        """Wait for pending disk writes (tests, shutdown)."""
+        if self._io is not None:
+            self._io.submit(lambda: None).result()
+
+    def close(self) -> None:
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
+
+    def stats(self) -> dict[str, Any]:
+        lookups = self.hits + self.misses
+        return {
+            "enabled": self.enabled,
+            "entries": len(self._entries),
+            "bytes": self.bytes,
+            "max_bytes": self.max_bytes,
+            "max_entry_bytes": self.max_entry_bytes,
+            "hits": self.hits,
+            "misses": self.misses,
+            "hit_ratio": round(self.hits / lookups, 4) if lookups else None,
+            "stores": self.stores,
+            "too_large": self.too_large,
+            "evictions": self.evictions,
+            "disk": None if self.store is None else self.store.stats(),
+        }

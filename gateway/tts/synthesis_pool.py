@@ -1,0 +1,131 @@
+"""A bounded pool of low-priority worker threads for CPU-bound synthesis, with two priorities.
+
+Embedded TTS (Piper) burns whole cores; the event loop thread paces every stream of the process
+and must never wait for a core. So:
+- the pool is bounded (``workers`` threads, whatever the number of sessions: jobs queue up);
+- its threads run at a lower CPU priority (Linux: per-thread nice), so the kernel hands a core to
+  the event loop as soon as it wakes;
+- jobs that someone is waiting for (``NOW``: an utterance's first clause, or a clause whose turn
+  has come) run before prefetches (``LATER``), FIFO within a priority, so a new utterance does
+  not queue behind other sessions' read-ahead. A prefetch can be promoted once it is needed.
+Cancelling a job's future before it starts removes it; a running job finishes its step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+NOW = 0
+LATER = 1
+DEFAULT_NICE = 10
+
+
+def default_workers() -> int:
+    """One core is left to the event loop; at least two workers, at most eight."""
+    return max(2, min(8, (os.cpu_count() or 2) - 1))
+
+
+class SynthesisPool:
+    def __init__(self, workers: int, nice: int = DEFAULT_NICE, name: str = "synth") -> None:
+        if workers < 1:
+            raise ValueError("a pool needs at least one worker")
+        self.workers = workers
+        self.nice = nice
+        self.name = name
+        self._heap: list[tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+        self._cond = threading.Condition()
+        self._order = itertools.count()
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self.busy = 0  # jobs running now
+        self.peak_busy = 0
+        self.completed = 0
+
+    def submit(self, fn: Callable[..., T], *args: Any, priority: int = NOW) -> Future[T]:
+        future: Future[T] = Future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError(f"synthesis pool {self.name!r} is shut down")
+            heapq.heappush(self._heap, (priority, next(self._order), future, fn, args))
+            if len(self._threads) < self.workers:
+                self._spawn()
+            self._cond.notify()
+        return future
+
+    async def run(self, fn: Callable[..., T], *args: Any, priority: int = NOW) -> T:
+        """Run ``fn(*args)`` on the pool; cancelling the caller drops a job not yet started."""
+        return await asyncio.wrap_future(self.submit(fn, *args, priority=priority))
+
+    def promote(self, future: Future[T], fn: Callable[..., T], *args: Any) -> Future[T]:
+        """``future`` if it already runs (or ran); else a NOW job replacing it."""
+        if future.cancel():
+            return self.submit(fn, *args, priority=NOW)
+        return future
+
+    @property
+    def threads(self) -> int:
+        return len(self._threads)
+
+    @property
+    def queued(self) -> int:
+        with self._cond:
+            return sum(1 for item in self._heap if not item[2].cancelled())
+
+    def _spawn(self) -> None:
+        thread = threading.Thread(
+            target=self._work, name=f"{self.name}-{len(self._threads)}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    def _lower_priority(self) -> None:
+        if not sys.platform.startswith("linux") or self.nice <= 0:
+            return  # elsewhere setpriority(PRIO_PROCESS, tid) would renice the whole process
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+
+    def _work(self) -> None:
+        self._lower_priority()
+        while True:
+            with self._cond:
+                while not self._heap and not self._closed:
+                    self._cond.wait()
+                if not self._heap:
+                    return
+                _, _, future, fn, args = heapq.heappop(self._heap)
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self.busy += 1
+                self.peak_busy = max(self.peak_busy, self.busy)
+            try:
+                result = fn(*args)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            finally:
+                with self._cond:
+                    self.busy -= 1
+                    self.completed += 1
+
+    def shutdown(self) -> None:
+        """Cancel what has not started; threads end after their current job (not waited for)."""
+        with self._cond:
+            self._closed = True
+            pending, self._heap = self._heap, []
+            self._cond.notify_all()
+        for _, _, future, _, _ in pending:
+            future.cancel()
