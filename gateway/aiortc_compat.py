@@ -19,12 +19,17 @@ Touched:
   mis-reads NACKs across the sequence wrap and ignores misses) and resends stored packets.
 - ``RTCIceTransport._connection`` (aioice ``Connection.data_received``, its protocols'
   datagram transports): in-process network impairment of a peer's UDP datagrams.
+- ``RTCRtpReceiver.__rtcp_ssrc`` and ``RTCDtlsTransport._send_rtp``: our receive path sends its
+  own (wrap-safe) RTCP NACKs.
+- ``aiortc.rtcrtpsender.random_sequence_number`` (TEST ONLY, ``fixed_start_sequence``): start a
+  stream just below the 65535 -> 0 wrap.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import aioice.ice
@@ -60,6 +65,7 @@ def check_internals() -> list[str]:
             problems.append(f"aioice.Connection.{name}")
     if not callable(getattr(aioice.ice, "get_host_addresses", None)):
         problems.append("aioice.ice.get_host_addresses")
+    problems.extend(_receiver_rtcp_problems())
     return problems
 
 
@@ -266,3 +272,57 @@ def impair_outgoing(transport: RTCDtlsTransport, wrap: Callable[[Deliver], Deliv
             udp.sendto = wrap(udp.sendto)
             wrapped += 1
     return wrapped
+
+
+# --- receiver: our own RTCP (added for the receive path) -----------------------------------------
+
+_RECEIVER_RTCP_SSRC = "_RTCRtpReceiver__rtcp_ssrc"
+
+
+def _receiver_rtcp_problems() -> list[str]:
+    """check_internals' part for this section."""
+    problems: list[str] = []
+    if not callable(getattr(RTCRtpReceiver, "_set_rtcp_ssrc", None)):
+        problems.append("RTCRtpReceiver._set_rtcp_ssrc")  # what sets __rtcp_ssrc
+    if not callable(getattr(aiortc.rtcrtpsender, "random_sequence_number", None)):
+        problems.append("aiortc.rtcrtpsender.random_sequence_number")
+    return problems
+
+
+def receiver_rtcp_ssrc(receiver: RTCRtpReceiver) -> int | None:
+    """The SSRC aiortc puts in this receiver's RTCP (its transceiver's sender SSRC), once set."""
+    value = getattr(receiver, _RECEIVER_RTCP_SSRC, None)
+    return None if value is None else int(value)
+
+
+async def send_receiver_rtcp(receiver: RTCRtpReceiver, data: bytes) -> bool:
+    """Send raw RTCP bytes (our own NACKs, wrap-safe) through the receiver's DTLS-SRTP transport.
+
+    ``data`` must look like RTCP (second octet 192..208) so it is protected as SRTCP.
+    Returns False when the transport is not (or no longer) connected.
+    """
+    transport = receiver.transport
+    _require(transport, "_send_rtp")
+    try:
+        await transport._send_rtp(data)
+    except ConnectionError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def fixed_start_sequence(seq: int) -> Iterator[None]:
+    """TEST ONLY: RTP senders started inside this block begin at sequence number ``seq``.
+
+    aiortc draws it in ``RTCRtpSender._run_rtp`` from ``random_sequence_number()`` (a module
+    global), always in the lower half of the space; this lets a test start just below the wrap.
+    Process-wide while active: keep the block around one sender's start.
+    """
+    if not 0 <= seq <= 0xFFFF:
+        raise ValueError("sequence number must be 0..65535")
+    original = aiortc.rtcrtpsender.random_sequence_number
+    aiortc.rtcrtpsender.random_sequence_number = lambda: seq
+    try:
+        yield
+    finally:
+        aiortc.rtcrtpsender.random_sequence_number = original

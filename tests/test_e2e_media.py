@@ -90,6 +90,10 @@ async def test_speech_queues_behind_and_interrupt_replaces(gateway, connect):
     assert queued.utterance["state"] == "queued"
     state = await client.state()
     assert state["utterances"]["pending"] >= 1
+    silence = silence_packet(EncoderSettings())
+    await client.capture.wait_until(  # the long utterance is being heard
+        lambda: sum(p.payload != silence for p in client.capture.packets) >= 5
+    )
     barge = await client.say("now", voice="tone", interrupt=True)
     final = await client.wait_utterance(barge.utterance["id"])
     assert final["state"] == "done"

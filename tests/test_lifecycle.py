@@ -10,6 +10,8 @@ from aiortc import RTCPeerConnection
 
 from gateway.client.peer import GatewayClient
 
+SHARED_POOLS = ("opus-", "piper-")
+
 
 def live_peer_connections() -> list[RTCPeerConnection]:
     gc.collect()
@@ -53,7 +55,10 @@ async def test_delete_ends_every_task_thread_and_peer(gateway):
     assert session.pc.connectionState == "closed"
     assert session.speaker.get(result.utterance["id"]).state.value == "interrupted"
     assert await settle_tasks(baseline_tasks) == set()
-    assert set(threading.enumerate()) - baseline_threads == set()
+    # Process-wide bounded pools (Opus encoding, synthesis) may start their threads lazily
+    # during the test; they are shared, not the session's. Nothing else may remain.
+    extra_threads = set(threading.enumerate()) - baseline_threads
+    assert {t.name for t in extra_threads if not t.name.startswith(SHARED_POOLS)} == set()
     assert live_peer_connections() == []
 
 

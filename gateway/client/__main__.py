@@ -1,9 +1,16 @@
-"""``python -m gateway.client --url http://127.0.0.1:8080 --text "Hello" --out reply.wav``"""
+"""``python -m gateway.client --url http://127.0.0.1:8080 --text "Hello" --out reply.wav``
+
+The reply plays through our receive path (adaptive jitter buffer, NACK, Opus FEC/PLC, real-time
+playout) and the WAV is what it played. ``--loss 5 --jitter 60`` (and the other impairment
+options) degrade the datagrams this client receives, in-process and seeded; ``--impair-send``
+degrades what it sends too (NACKs). ``--raw`` decodes the raw capture offline instead.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import itertools
 import json
 import statistics
@@ -11,11 +18,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gateway import aiortc_compat
+from gateway import aiortc_compat, impairment
 from gateway.client.capture import decode, first_audible
 from gateway.client.peer import GatewayClient, GatewayError
+from gateway.client.receive_path import ReceivePathConfig
 from gateway.media.opus_codec import SAMPLE_RATE
 from gateway.tts.tone import write_wav_mono
+
+_TAIL_PERIODS = 10  # played after the last frame, so the WAV ends in the silence after it
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,22 +40,59 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the reply")
     p.add_argument("--json", action="store_true", help="print the stats as JSON")
+    p.add_argument("--raw", action="store_true",
+                   help="no receive path: decode the raw capture offline (PLC for gaps)")
+    p.add_argument("--no-nack", action="store_true", help="do not ask for lost packets")
+    p.add_argument("--no-fec", action="store_true", help="conceal lost frames without FEC")
+    p.add_argument("--impair-send", action="store_true",
+                   help="apply the impairment to what this client sends too (seed + 1)")
+    impairment.add_arguments(p)
     return p
+
+
+def _impairments(
+    args: argparse.Namespace,
+) -> tuple[impairment.ImpairmentConfig | None, impairment.ImpairmentConfig | None]:
+    config = impairment.from_namespace(args)
+    if config == impairment.ImpairmentConfig(seed=config.seed):
+        return None, None
+    outgoing = None
+    if args.impair_send:
+        seed = None if config.seed is None else config.seed + 1
+        outgoing = dataclasses.replace(config, seed=seed)
+    return config, outgoing
+
+
+async def _play_out(client: GatewayClient, last_seq: int | None, timeout: float) -> None:
+    """Until the utterance's last frame (and a little after it) has had its playout."""
+    assert client.receive is not None
+    if last_seq is not None:
+        await asyncio.wait_for(client.receive.wait_played(last_seq), timeout)
+    await asyncio.wait_for(client.receive.wait_periods(_TAIL_PERIODS), timeout)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     aiortc_compat.restrict_ice_hosts([h for h in args.ice_hosts.split(",") if h])
-    client = GatewayClient(args.url)
+    incoming, outgoing = _impairments(args)
+    receive_path = False if args.raw else ReceivePathConfig(
+        nack=not args.no_nack, fec=not args.no_fec
+    )
+    client = GatewayClient(
+        args.url, receive_path=receive_path, impairment=incoming, outgoing_impairment=outgoing
+    )
     try:
         await client.connect()
         result = await client.say(args.text, voice=args.voice)
         state = await client.wait_utterance(result.utterance["id"], timeout=args.timeout)
+        if client.receive is not None:
+            await _play_out(client, state.get("last_seq"), timeout=10.0)
     finally:
         await client.close()
     capture = client.capture
     packets = capture.ordered()
     stream = decode(packets)
-    write_wav_mono(args.out, stream.pcm, SAMPLE_RATE)
+    played = stream.pcm if client.receive is None else client.receive.played_pcm()
+    write_wav_mono(args.out, played, SAMPLE_RATE)
     audible = first_audible([p for p in packets if p.arrival >= result.said_at], stream)
     arrivals = [p.arrival for p in capture.packets]
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
@@ -62,23 +109,40 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "concealed_frames": stream.concealed,
         "interval_median_ms": round(statistics.median(gaps) * 1000, 2) if gaps else None,
         "interval_max_ms": round(max(gaps) * 1000, 2) if gaps else None,
-        "audio_s": round(stream.pcm.size / SAMPLE_RATE, 2),
+        "audio_s": round(played.size / SAMPLE_RATE, 2),
         "wav": args.out,
+        **_receive_stats(client),
     }
+
+
+def _receive_stats(client: GatewayClient) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if client.receive is not None:
+        out["receive"] = client.receive.stats.as_dict()
+    if client.impaired_in is not None:
+        out["impaired_in"] = dataclasses.asdict(client.impaired_in.stats)
+    if client.impaired_out:
+        out["impaired_out"] = [dataclasses.asdict(i.stats) for i in client.impaired_out]
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         stats = asyncio.run(run(args))
-    except (GatewayError, ConnectionError, OSError, TimeoutError) as exc:
+    except (GatewayError, ConnectionError, OSError, TimeoutError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(stats))
     else:
         for key, value in stats.items():
-            print(f"{key:>20}: {value}")
+            if isinstance(value, dict):
+                print(f"{key}:")
+                for k, v in value.items():
+                    print(f"{k:>24}: {v}")
+            else:
+                print(f"{key:>20}: {value}")
     return 0
 
 

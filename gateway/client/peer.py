@@ -1,7 +1,10 @@
 """A headless WebRTC listener for the gateway's WHEP-style API, built on aiortc.
 
 It offers recvonly audio, posts the offer as ``application/sdp``, taps raw RTP (no aiortc jitter
-buffer or decoder) and asks for speech through the HTTP API.
+buffer or decoder) and asks for speech through the HTTP API. Every packet goes to the raw
+capture (``capture``) and, with ``receive_path``, to our own receive path (``receive``: jitter
+buffer, NACK, FEC/PLC, real-time playout). ``impairment`` degrades the datagrams this peer
+receives (``outgoing_impairment``: the ones it sends, NACKs included), in-process and seeded.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +21,10 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
 from gateway.client.capture import RtpCapture
+from gateway.client.receive_path import ReceivePath, ReceivePathConfig
+from gateway.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
+
+RtpListener = Callable[[Any, int], None]
 
 
 class GatewayError(Exception):
@@ -34,12 +42,36 @@ class SpeechResult:
 
 
 class GatewayClient:
-    def __init__(self, base_url: str, http: aiohttp.ClientSession | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        http: aiohttp.ClientSession | None = None,
+        *,
+        receive_path: ReceivePathConfig | bool = False,
+        impairment: ImpairmentConfig | None = None,
+        outgoing_impairment: ImpairmentConfig | None = None,
+        aiortc_decoder: bool = False,
+    ) -> None:
+        """``aiortc_decoder``: keep aiortc's own jitter buffer and decoder running too (its
+        track, ``receiver.track``, then yields decoded frames), for comparisons."""
         self.base_url = base_url.rstrip("/")
         self._http = http
         self._own_http = http is None
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.capture = RtpCapture()
+        self.receive: ReceivePath | None = None
+        if receive_path:
+            config = receive_path if isinstance(receive_path, ReceivePathConfig) else None
+            self.receive = ReceivePath(config, self._send_rtcp, self._rtcp_ssrc)
+        self.impairment = impairment
+        self.outgoing_impairment = outgoing_impairment
+        self.impaired_in: ImpairedSendto | None = None
+        self.impaired_out: list[ImpairedSendto] = []
+        self._aiortc_decoder = aiortc_decoder
+        self._listeners: list[RtpListener] = [self.capture.on_packet]
+        if self.receive is not None:
+            self._listeners.append(self.receive.on_rtp)
+        self.transceiver: Any = None
         self.session_url: str | None = None
         self.connect_ms: float | None = None
         self.answer_sdp: str | None = None
@@ -61,10 +93,58 @@ class GatewayClient:
             raise GatewayError(response.status, body)
         return body
 
+    def add_rtp_listener(self, listener: RtpListener) -> None:
+        """Also call ``listener(packet, arrival_time_ms)`` for every RTP packet received."""
+        self._listeners.append(listener)
+
+    def _on_rtp(self, packet: Any, arrival_time_ms: int) -> None:
+        for listener in self._listeners:
+            listener(packet, arrival_time_ms)
+
+    async def _send_rtcp(self, data: bytes) -> bool:
+        if self.transceiver is None:
+            return False
+        return await aiortc_compat.send_receiver_rtcp(self.transceiver.receiver, data)
+
+    def _rtcp_ssrc(self) -> int | None:
+        if self.transceiver is None:
+            return None
+        return aiortc_compat.receiver_rtcp_ssrc(self.transceiver.receiver)
+
+    async def send_rtcp(self, data: bytes) -> bool:
+        """Send raw RTCP bytes to the gateway through this peer's SRTCP path."""
+        return await self._send_rtcp(data)
+
+    def _impair(self) -> None:
+        loop = asyncio.get_running_loop()
+        transport = self.transceiver.receiver.transport
+        if self.impairment is not None:
+            config = self.impairment
+
+            def wrap_in(deliver: aiortc_compat.Deliver) -> aiortc_compat.Deliver:
+                self.impaired_in = wrap_sendto(deliver, loop, config)
+                return self.impaired_in
+
+            aiortc_compat.impair_incoming(transport, wrap_in)
+        if self.outgoing_impairment is not None:
+            out_config = self.outgoing_impairment
+
+            def wrap_out(sendto: aiortc_compat.Deliver) -> aiortc_compat.Deliver:
+                impaired = wrap_sendto(sendto, loop, out_config)
+                self.impaired_out.append(impaired)
+                return impaired
+
+            aiortc_compat.impair_outgoing(transport, wrap_out)
+
     async def connect(self, timeout: float = 10.0) -> None:
         started = time.monotonic()
         transceiver = self.pc.addTransceiver("audio", direction="recvonly")
-        aiortc_compat.tap_rtp(transceiver.receiver, self.capture.on_packet)
+        self.transceiver = transceiver
+        aiortc_compat.tap_rtp(
+            transceiver.receiver, self._on_rtp, bypass_decoder=not self._aiortc_decoder
+        )
+        if self.receive is not None:
+            self.receive.start()
 
         @self.pc.on("connectionstatechange")
         def on_state() -> None:
@@ -97,6 +177,7 @@ class GatewayClient:
         if not self._connected.is_set():
             raise ConnectionError(f"peer connection {self.pc.connectionState} after connect")
         self.connect_ms = (time.monotonic() - started) * 1000
+        self._impair()  # after DTLS: the handshake itself is not impaired
 
     async def say(
         self, text: str, voice: str | None = None, interrupt: bool = False
@@ -131,6 +212,11 @@ class GatewayClient:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with self.http.delete(self.session_url) as response:
                     await response.read()
+        if self.receive is not None:
+            await self.receive.close()
+        for impaired in [self.impaired_in, *self.impaired_out]:
+            if impaired is not None:
+                impaired.close()
         await self.pc.close()
         if self._own_http and self._http is not None:
             await self._http.close()

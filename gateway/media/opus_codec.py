@@ -69,6 +69,11 @@ class OpusFrameEncoder:
             raise ValueError(f"an Opus frame is {FRAME_BYTES} bytes, got {len(frame)}")
         return bytes(self._enc.encode(frame, FRAME_SAMPLES))
 
+    def encode_many(self, frames: list[bytes]) -> list[bytes]:
+        """Encode consecutive frames in order (one call per batch from a worker thread; libopus
+        runs without the GIL)."""
+        return [self.encode(frame) for frame in frames]
+
 
 class OpusFrameDecoder:
     """Decodes 24 kHz mono Opus packets to int16 PCM, with PLC and in-band FEC recovery."""

@@ -2,7 +2,7 @@
 
 Installed by the optional ``voice`` extra, never a hard dependency. The model is loaded once per
 process and shared by every session and every Piper voice; synthesis runs off the event loop on
-one process-wide bounded pool of low-priority threads (``SynthesisPool``); onnxruntime gets at
+one process-wide bounded pool of low-priority threads (``WorkerPool``); onnxruntime gets at
 most one helper thread per inference, created on a pool thread so it is low-priority too, and
 never spins. So a hundred sessions speaking at once queue for the pool instead of crowding out
 the event loop that paces them.
@@ -28,12 +28,12 @@ import numpy as np
 
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.clauses import split_clauses
-from gateway.tts.synthesis_pool import LATER, NOW, SynthesisPool, default_workers
+from gateway.worker_pool import LATER, NOW, WorkerPool, default_workers
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
 _VOICES: dict[str, Any] = {}
-_POOL: SynthesisPool | None = None
+_POOL: WorkerPool | None = None
 # Two threads per inference cut a short first clause from ~65 to ~40 ms; more buy little.
 INTRA_OP_THREADS = min(2, os.cpu_count() or 1)
 SILENCE_THRESHOLD = 300  # int16 amplitude below which Piper's output counts as silence
@@ -88,12 +88,12 @@ def _build_voice() -> Any:
     return PiperVoice(session=session, config=config)
 
 
-def piper_pool() -> SynthesisPool:
+def piper_pool() -> WorkerPool:
     """The process-wide pool every Piper voice renders on (``default_workers()`` threads)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
-            _POOL = SynthesisPool(default_workers(), name="piper")
+            _POOL = WorkerPool(default_workers(), name="piper")
         return _POOL
 
 
@@ -119,7 +119,7 @@ class PiperSynthesizer:
         name: str = "joe",
         model: str = "joe",
         first_max_words: int = 6,
-        pool: SynthesisPool | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.name = name
         self.voice = load_piper_voice(model)

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.tts.synthesis_pool import LATER, NOW, SynthesisPool, default_workers
+from gateway.worker_pool import LATER, NOW, WorkerPool, default_workers
 
 
-def blocker(pool: SynthesisPool) -> tuple[threading.Event, threading.Event]:
+def blocker(pool: WorkerPool) -> tuple[threading.Event, threading.Event]:
     """Occupy one worker until the returned ``release`` is set; ``started`` says it runs."""
     started, release = threading.Event(), threading.Event()
 
@@ -22,7 +22,7 @@ def blocker(pool: SynthesisPool) -> tuple[threading.Event, threading.Event]:
 
 
 def test_jobs_queue_for_a_bounded_number_of_threads():
-    pool = SynthesisPool(2)
+    pool = WorkerPool(2)
     gate, changed = threading.Event(), threading.Condition()
     running = [0]
 
@@ -43,7 +43,7 @@ def test_jobs_queue_for_a_bounded_number_of_threads():
 
 
 def test_now_jobs_run_before_later_ones_fifo_within_each():
-    pool = SynthesisPool(1)
+    pool = WorkerPool(1)
     _, release = blocker(pool)
     order: list[str] = []
     jobs = [("later-1", LATER), ("now-1", NOW), ("later-2", LATER), ("now-2", NOW)]
@@ -56,7 +56,7 @@ def test_now_jobs_run_before_later_ones_fifo_within_each():
 
 
 def test_promote_moves_a_waiting_prefetch_ahead():
-    pool = SynthesisPool(1)
+    pool = WorkerPool(1)
     _, release = blocker(pool)
     order: list[str] = []
     others = [pool.submit(order.append, f"other-{i}", priority=LATER) for i in range(3)]
@@ -75,7 +75,7 @@ def test_promote_moves_a_waiting_prefetch_ahead():
 
 
 async def test_cancelling_the_awaiting_task_drops_a_job_not_started():
-    pool = SynthesisPool(1)
+    pool = WorkerPool(1)
     _, release = blocker(pool)
     ran: list[int] = []
     job = pool.submit(ran.append, 1)
@@ -93,7 +93,7 @@ async def test_cancelling_the_awaiting_task_drops_a_job_not_started():
 
 
 async def test_errors_reach_the_caller():
-    pool = SynthesisPool(1)
+    pool = WorkerPool(1)
     with pytest.raises(ZeroDivisionError):
         await pool.run(lambda: 1 / 0)
     assert await pool.run(sum, [1, 2]) == 3
@@ -101,7 +101,7 @@ async def test_errors_reach_the_caller():
 
 
 def test_shutdown_cancels_what_has_not_started():
-    pool = SynthesisPool(1)
+    pool = WorkerPool(1)
     _, release = blocker(pool)
     waiting = pool.submit(print, "never")
     pool.shutdown()
@@ -113,7 +113,7 @@ def test_shutdown_cancels_what_has_not_started():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux")
 def test_workers_run_at_a_lower_cpu_priority():
-    pool = SynthesisPool(1, nice=7)
+    pool = WorkerPool(1, nice=7)
     tid = pool.submit(threading.get_native_id).result(10)
     stat = Path(f"/proc/self/task/{tid}/stat").read_text()
     nice = int(stat.rsplit(")", 1)[1].split()[16])  # field 19 of proc(5)

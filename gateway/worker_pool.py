@@ -1,4 +1,5 @@
-"""A bounded pool of low-priority worker threads for CPU-bound synthesis, with two priorities.
+"""A bounded pool of low-priority worker threads for CPU-bound work (synthesis, Opus encoding),
+with two priorities.
 
 Embedded TTS (Piper) burns whole cores; the event loop thread paces every stream of the process
 and must never wait for a core. So:
@@ -38,7 +39,7 @@ def default_workers() -> int:
     return max(2, min(8, (os.cpu_count() or 2) - 1))
 
 
-class SynthesisPool:
+class WorkerPool:
     def __init__(self, workers: int, nice: int = DEFAULT_NICE, name: str = "synth") -> None:
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
@@ -58,7 +59,7 @@ class SynthesisPool:
         future: Future[T] = Future()
         with self._cond:
             if self._closed:
-                raise RuntimeError(f"synthesis pool {self.name!r} is shut down")
+                raise RuntimeError(f"worker pool {self.name!r} is shut down")
             heapq.heappush(self._heap, (priority, next(self._order), future, fn, args))
             if len(self._threads) < self.workers:
                 self._spawn()
@@ -129,3 +130,17 @@ class SynthesisPool:
             self._cond.notify_all()
         for _, _, future, _, _ in pending:
             future.cancel()
+
+
+ENCODER_NICE = 5  # below the event loop, above synthesis read-ahead
+_ENCODER_POOL: WorkerPool | None = None
+_ENCODER_LOCK = threading.Lock()
+
+
+def encoder_pool() -> WorkerPool:
+    """The process-wide pool that runs Opus encoding off the event loop (threads start lazily)."""
+    global _ENCODER_POOL
+    with _ENCODER_LOCK:
+        if _ENCODER_POOL is None:
+            _ENCODER_POOL = WorkerPool(max(1, os.cpu_count() or 1), nice=ENCODER_NICE, name="opus")
+        return _ENCODER_POOL

@@ -1,0 +1,106 @@
+"""Counters of the receive path, and the two trackers behind its delay figures."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class ReceiveStats:
+    received: int = 0  # RTP packets off the wire (repairs and duplicates included)
+    lost: int = 0  # sequence numbers missing past their due time or when a later one arrived
+    reordered: int = 0  # ... of those, filled by the original packet arriving late
+    recovered_nack: int = 0  # ... filled by a retransmission in time to be played
+    nack_concealment: int = 0  # NACK answered with the sender's concealment packet
+    recovered_fec: int = 0  # lost at playout time, rebuilt from the next packet's FEC
+    concealed: int = 0  # lost at playout time and concealed (PLC, or a concealment packet)
+    concealment_packets: int = 0  # ... of those, concealment packets played
+    late: int = 0  # arrived after their playout time
+    duplicate: int = 0
+    dropped: int = 0  # buffered frames the jitter buffer discarded (latency, overflow)
+    trimmed: int = 0  # silent frames cut to bring the latency back to the target
+    stretched: int = 0  # silent periods inserted to bring the buffer up to the target
+    played: int = 0  # playout periods with a frame (decoded, FEC or concealed)
+    underruns: int = 0  # times playout ran dry after it had started
+    underrun_periods: int = 0  # periods played as underrun after the start
+    skipped_periods: int = 0  # periods the playout clock missed (event loop stalled)
+    clock_stalls: int = 0
+    rephases: int = 0  # playout clock phase corrections
+    unrecorded_periods: int = 0  # played after the recording reached its bound
+    jitter_ms: float = 0.0  # RFC 3550 interarrival jitter
+    target_frames: int = 0  # jitter buffer target
+    depth_frames: int = 0  # jitter buffer depth now
+    pcm_frames: int = 0  # decoded frames waiting for the playout clock
+    nacks_sent: int = 0  # NACKs from the generator (gaps seen on arrival, with retries)
+    nack_early: int = 0  # sequence numbers asked for as overdue, before any later packet
+    seqs_nacked: int = 0
+    nack_send_failures: int = 0
+    rtt_ms: float = 0.0
+    playout_delay_ms: float | None = None  # added playout delay: mean over recent frames
+    playout_delay_p95_ms: float | None = None
+
+    def snapshot(self, delay: DelayTracker, **values: Any) -> ReceiveStats:
+        return dataclasses.replace(
+            self,
+            playout_delay_ms=delay.mean_ms(),
+            playout_delay_p95_ms=delay.percentile_ms(95),
+            **values,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
+
+
+class TransitTracker:
+    """When packets typically arrive: a low percentile of recent transit times.
+
+    Transit is arrival minus media time. Not the minimum: a sender that sends two packets at
+    once (at start-up, after a stall) makes one look up to a frame early, and the playout clock
+    would then take the wrong phase for good. The ``quantile`` of the last ``window`` packets
+    ignores such outliers and still sits at the fast edge of the jitter.
+    """
+
+    def __init__(self, window: int = 100, quantile: float = 0.1) -> None:
+        self._values: deque[float] = deque(maxlen=window)
+        self._quantile = quantile
+        self._cached: float | None = None
+
+    def add(self, transit: float) -> None:
+        self._values.append(transit)
+        self._cached = None
+
+    @property
+    def minimum(self) -> float | None:
+        """The typical earliest transit (the ``quantile`` of the window)."""
+        if self._cached is None and self._values:
+            ordered = sorted(self._values)
+            self._cached = ordered[int(self._quantile * (len(ordered) - 1))]
+        return self._cached
+
+
+class DelayTracker:
+    """Added playout delay of recent frames: play time minus the earliest possible arrival."""
+
+    def __init__(self, window: int = 3000) -> None:
+        self._values: deque[float] = deque(maxlen=window)
+
+    def add(self, delay_s: float) -> None:
+        self._values.append(delay_s)
+
+    def mean_ms(self) -> float | None:
+        if not self._values:
+            return None
+        return 1000.0 * sum(self._values) / len(self._values)
+
+    def percentile_ms(self, q: float) -> float | None:
+        if not self._values:
+            return None
+        ordered = sorted(self._values)
+        return 1000.0 * ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+    def reset(self) -> None:
+        self._values.clear()
