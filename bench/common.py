@@ -17,6 +17,9 @@ from typing import Any
 
 import aiohttp
 
+from gateway.client.capture import decode, first_audible
+from gateway.client.peer import GatewayClient
+
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -82,3 +85,31 @@ def pct(values: Sequence[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+
+async def speak_series(client: GatewayClient, voice: str | None, texts: list[str]) -> list[dict]:
+    """Say each text in turn; per utterance: say -> first audible packet and the server's times.
+
+    Before the next request the stream is let go idle (two silence packets): a listener does not
+    reply within 20 ms of the previous sentence ending, and a frame may not be sent before the
+    slot after the last one sent.
+    """
+    rows = []
+    for text in texts:
+        start_index = len(client.capture.packets)
+        result = await client.say(text, voice=voice)
+        state = await client.wait_utterance(result.utterance["id"])
+        await client.capture.wait_for_seq((state["last_seq"] + 2) & 0xFFFF)
+        packets = sorted(client.capture.packets[start_index:], key=lambda p: p.seq)
+        audible = first_audible(packets, decode(packets))
+        rows.append({
+            "text": text,
+            "state": state["state"],
+            "cached": state["cached"],
+            "first_audio_ms": None if audible is None
+            else (audible.arrival - result.said_at) * 1000,
+            "first_sent_ms": state["latency_ms"]["first_sent"],
+            "first_pcm_ms": state["latency_ms"]["first_pcm"],
+            "server_overhead_ms": state["server_overhead_ms"],
+        })
+    return rows

@@ -16,9 +16,8 @@ import asyncio
 import statistics
 from typing import Any
 
-from bench.common import gateway_process, pct, write_results
+from bench.common import gateway_process, pct, speak_series, write_results
 from gateway import aiortc_compat
-from gateway.client.capture import decode, first_audible
 from gateway.client.peer import GatewayClient
 
 SENTENCES = [
@@ -38,27 +37,9 @@ SENTENCES = [
 async def measure(url: str, voice: str | None, runs: int) -> dict[str, Any]:
     client = GatewayClient(url)
     await client.connect()
-    rows = []
     try:
-        for i in range(runs):
-            text = SENTENCES[i % len(SENTENCES)]
-            start_index = len(client.capture.packets)
-            result = await client.say(text, voice=voice)
-            state = await client.wait_utterance(result.utterance["id"])
-            # Let the stream go idle (two silence packets) before the next request: a listener
-            # does not reply within 20 ms of the previous sentence ending, and a frame may not
-            # be sent before the slot after the last one sent.
-            await client.capture.wait_for_seq((state["last_seq"] + 2) & 0xFFFF)
-            packets = sorted(client.capture.packets[start_index:], key=lambda p: p.seq)
-            audible = first_audible(packets, decode(packets))
-            rows.append({
-                "text": text,
-                "first_audio_ms": None if audible is None
-                else (audible.arrival - result.said_at) * 1000,
-                "server_overhead_ms": state["server_overhead_ms"],
-                "first_pcm_ms": state["latency_ms"]["first_pcm"],
-                "first_sent_ms": state["latency_ms"]["first_sent"],
-            })
+        texts = [SENTENCES[i % len(SENTENCES)] for i in range(runs)]
+        rows = await speak_series(client, voice, texts)
     finally:
         await client.close()
     return {"connect_ms": client.connect_ms, "runs": rows, **summarize(rows)}

@@ -28,10 +28,9 @@ import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
-from bench.common import free_port, gateway_process, pct, write_results
+from bench.common import free_port, gateway_process, pct, speak_series, write_results
 from bench.latency import SENTENCES
 from gateway import aiortc_compat
-from gateway.client.capture import decode, first_audible
 from gateway.client.peer import GatewayClient
 from gateway.tts.cosyvoice_spec import build_cosyvoice
 
@@ -58,29 +57,6 @@ async def standin_process(first_chunk_delay_ms: float) -> AsyncIterator[tuple[in
     finally:
         proc.terminate()
         await proc.wait()
-
-
-async def speak_series(client: GatewayClient, voice: str, texts: list[str]) -> list[dict]:
-    rows = []
-    for text in texts:
-        start_index = len(client.capture.packets)
-        result = await client.say(text, voice=voice)
-        state = await client.wait_utterance(result.utterance["id"])
-        # Idle stream (two silence packets) before the next request, as in bench.latency.
-        await client.capture.wait_for_seq((state["last_seq"] + 2) & 0xFFFF)
-        packets = sorted(client.capture.packets[start_index:], key=lambda p: p.seq)
-        audible = first_audible(packets, decode(packets))
-        rows.append({
-            "text": text,
-            "state": state["state"],
-            "cached": state["cached"],
-            "first_audio_ms": None if audible is None
-            else (audible.arrival - result.said_at) * 1000,
-            "first_sent_ms": state["latency_ms"]["first_sent"],
-            "first_pcm_ms": state["latency_ms"]["first_pcm"],
-            "server_overhead_ms": state["server_overhead_ms"],
-        })
-    return rows
 
 
 def summary(rows: list[dict], key: str) -> dict[str, float | None]:

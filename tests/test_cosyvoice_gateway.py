@@ -52,7 +52,8 @@ async def standin() -> AsyncIterator[CosyVoiceStandIn]:
 
 
 @pytest.fixture
-async def cv_gateway(start_gateway, standin: CosyVoiceStandIn):
+async def gateway(start_gateway, standin: CosyVoiceStandIn):
+    """Overrides conftest's gateway: this module's voices are CosyVoice ones."""
     gone = _closed_port()
     q = f"spk_id=%E4%B8%AD%E6%96%87%E5%A5%B3&rate={RATE}&timeout=1"
     voices = VoiceRegistry([
@@ -65,21 +66,6 @@ async def cv_gateway(start_gateway, standin: CosyVoiceStandIn):
     gateway = await start_gateway(voices=voices, phrase_cache_mb=0)
     yield gateway
     await voices.close()
-
-
-@pytest.fixture
-async def connect(cv_gateway) -> AsyncIterator:
-    clients: list[GatewayClient] = []
-
-    async def make() -> GatewayClient:
-        client = GatewayClient(cv_gateway.url, cv_gateway.http)
-        clients.append(client)
-        await client.connect()
-        return client
-
-    yield make
-    for client in clients:
-        await client.close()
 
 
 def utterance_packets(client: GatewayClient, state: dict, said_at: float) -> list[ReceivedPacket]:
@@ -140,12 +126,12 @@ async def test_speech_arrives_as_the_servers_pcm(connect, standin, voice):
     assert waveform_match(received, source) > 0.9
 
 
-async def test_22050_hz_servers_are_resampled(connect, standin, cv_gateway):
+async def test_22050_hz_servers_are_resampled(connect, standin, gateway):
     standin.config.sample_rate = 22050  # CosyVoice-300M; the HTTP spec is told the same
     synth = build_cosyvoice(f"cosyvoice+{standin.http_url}?spk_id=a&rate=22050", "cv-22k")
     try:
         client = await connect()
-        session = cv_gateway.registry.get(client.session_url.rsplit("/", 1)[-1])
+        session = gateway.registry.get(client.session_url.rsplit("/", 1)[-1])
         utterance = session.speaker.say(TEXT, synth)
         await asyncio.wait_for(utterance.finished.wait(), 10)
     finally:
@@ -277,7 +263,7 @@ async def test_interrupt_closes_upstream_at_once(connect, standin, voice, before
 
 
 @pytest.mark.parametrize("voice", TRANSPORTS)
-async def test_delete_closes_upstream_at_once(connect, standin, cv_gateway, voice):
+async def test_delete_closes_upstream_at_once(connect, standin, gateway, voice):
     client = await connect()
     _, rec = await _held_stream(client, standin, voice)
     started = time.monotonic()
@@ -285,14 +271,14 @@ async def test_delete_closes_upstream_at_once(connect, standin, cv_gateway, voic
         assert response.status == 204
     await asyncio.wait_for(rec.closed.wait(), GUARD_S)
     assert time.monotonic() - started < 1.0 and rec.outcome == "cancelled"
-    assert len(cv_gateway.registry) == 0
+    assert len(gateway.registry) == 0
 
 
 @pytest.mark.parametrize("voice", TRANSPORTS)
-async def test_client_disconnect_closes_upstream(connect, standin, cv_gateway, voice):
+async def test_client_disconnect_closes_upstream(connect, standin, gateway, voice):
     client = await connect()
     _, rec = await _held_stream(client, standin, voice)
-    session = next(iter(cv_gateway.registry))
+    session = next(iter(gateway.registry))
     started = time.monotonic()
     await client.close(delete=False)  # the listener just goes away (DTLS close_notify)
     await asyncio.wait_for(session.closed.wait(), GUARD_S)
