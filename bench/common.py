@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import socket
 import subprocess
 import sys
@@ -95,8 +96,12 @@ async def speak_series(client: GatewayClient, voice: str | None, texts: list[str
     slot after the last one sent.
     """
     rows = []
+    rng = random.Random(1)
     for text in texts:
         start_index = len(client.capture.packets)
+        # A listener's request lands at a random phase of the stream's 20 ms frame grid; right
+        # after a packet arrived (the previous wait) it would always land just after a slot.
+        await asyncio.sleep(rng.uniform(0, 0.020))
         result = await client.say(text, voice=voice)
         state = await client.wait_utterance(result.utterance["id"])
         await client.capture.wait_for_seq((state["last_seq"] + 2) & 0xFFFF)
@@ -111,5 +116,11 @@ async def speak_series(client: GatewayClient, voice: str | None, texts: list[str
             "first_sent_ms": state["latency_ms"]["first_sent"],
             "first_pcm_ms": state["latency_ms"]["first_pcm"],
             "server_overhead_ms": state["server_overhead_ms"],
+            "processing_ms": _diff(state["latency_ms"]["first_frame_queued"],
+                                   state["latency_ms"]["first_pcm"]),
         })
     return rows
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b

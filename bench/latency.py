@@ -3,8 +3,11 @@
 The gateway runs as its own process (``python -m gateway``), the headless client here. For each
 voice, one session speaks a series of different sentences; per utterance we record
 - first_audio_ms: HTTP speech request sent -> first packet whose decoded frame is audible,
-- server_overhead_ms: first PCM chunk from the synthesizer -> first RTP packet handed to aiortc
-  (the gateway's own cost; reported by the server per utterance),
+- server_overhead_ms: first PCM chunk from the synthesizer -> first RTP packet sent (reported
+  by the server per utterance); it includes the wait for the stream's next 20 ms slot (0-20 ms,
+  10 on average: speech joins a continuous stream on its frame grid),
+- processing_ms: first PCM chunk -> first Opus frame queued (resample, frame, encode: the
+  gateway's own work, without the slot wait),
 - first_pcm_ms: request received -> first PCM chunk (the synthesizer's share).
 Targets (issue 2): server overhead <= 5 ms; say -> first audio <= 120 ms with the embedded voice.
 """
@@ -47,7 +50,7 @@ async def measure(url: str, voice: str | None, runs: int) -> dict[str, Any]:
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for key in ("first_audio_ms", "server_overhead_ms", "first_pcm_ms"):
+    for key in ("first_audio_ms", "server_overhead_ms", "processing_ms", "first_pcm_ms"):
         values = [r[key] for r in rows if r[key] is not None]
         out[key] = {
             "median": statistics.median(values) if values else None,
@@ -69,7 +72,12 @@ async def main(args: argparse.Namespace) -> None:
             results[name] = await measure(url, name, args.runs)
     targets = {"server_overhead_ms_max": 5.0, "piper_first_audio_ms_max": 120.0}
     verdict = {
-        "server_overhead_ok": all(
+        # The gateway's own work must fit in 5 ms; the slot wait (0-20 ms) is reported apart.
+        "processing_ok": all(
+            r["processing_ms"]["median"] <= targets["server_overhead_ms_max"]
+            for r in results.values()
+        ),
+        "server_overhead_incl_slot_wait_ok": all(
             r["server_overhead_ms"]["median"] <= targets["server_overhead_ms_max"]
             for r in results.values()
         ),
@@ -77,14 +85,16 @@ async def main(args: argparse.Namespace) -> None:
         <= targets["piper_first_audio_ms_max"],
     }
     path = write_results("latency", {"results": results, "targets": targets, "verdict": verdict})
-    print(f"{'voice':<6} {'say->first audio':>18} {'p90':>8} {'first PCM':>10} "
-          f"{'server overhead':>16} {'p90':>7}  (ms, median of {args.runs})")
+    print(f"{'voice':<6} {'say->first audio':>17} {'p90':>7} {'first PCM':>10} "
+          f"{'processing':>11} {'PCM->RTP sent':>14} {'p90':>7}  (ms, median of {args.runs})")
     for name, r in results.items():
-        fa = r["first_audio_ms"]
-        print(f"{name:<6} {fa['median']:>18.1f} {fa['p90']:>8.1f} "
-              f"{r['first_pcm_ms']['median']:>10.1f} {r['server_overhead_ms']['median']:>16.2f} "
-              f"{r['server_overhead_ms']['p90']:>7.2f}")
-    print(f"targets: server overhead <= 5 ms: {verdict['server_overhead_ok']}; "
+        fa, so = r["first_audio_ms"], r["server_overhead_ms"]
+        print(f"{name:<6} {fa['median']:>17.1f} {fa['p90']:>7.1f} "
+              f"{r['first_pcm_ms']['median']:>10.1f} {r['processing_ms']['median']:>11.2f} "
+              f"{so['median']:>14.2f} {so['p90']:>7.2f}")
+    print(f"targets: processing (PCM -> frame queued) <= 5 ms: {verdict['processing_ok']}; "
+          f"PCM -> RTP sent incl. the 0-20 ms slot wait <= 5 ms: "
+          f"{verdict['server_overhead_incl_slot_wait_ok']}; "
           f"Piper say->first audio <= 120 ms: {verdict['piper_first_audio_ok']}")
     print(f"written {path}")
 

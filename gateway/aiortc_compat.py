@@ -21,6 +21,9 @@ Touched:
   datagram transports): in-process network impairment of a peer's UDP datagrams.
 - ``RTCRtpReceiver.__rtcp_ssrc`` and ``RTCDtlsTransport._send_rtp``: our receive path sends its
   own (wrap-safe) RTCP NACKs.
+- ``RTCRtpSender.__mid`` / ``__ntp_timestamp`` / ``__rtp_timestamp`` / ``__octet_count`` /
+  ``__packet_count``, ``RTCDtlsTransport._tx_srtp`` and aioice ``Connection._nominated``: the
+  batch send path builds, protects and sends RTP itself and keeps aiortc's SR counters right.
 - ``aiortc.rtcrtpsender.random_sequence_number`` (TEST ONLY, ``fixed_start_sequence``): start a
   stream just below the 65535 -> 0 wrap.
 """
@@ -65,6 +68,8 @@ def check_internals() -> list[str]:
             problems.append(f"aioice.Connection.{name}")
     if not callable(getattr(aioice.ice, "get_host_addresses", None)):
         problems.append("aioice.ice.get_host_addresses")
+    if not isinstance(getattr(aioice.ice, "StunProtocol", None), type):
+        problems.append("aioice.ice.StunProtocol")
     problems.extend(_receiver_rtcp_problems())
     return problems
 
@@ -326,3 +331,53 @@ def fixed_start_sequence(seq: int) -> Iterator[None]:
         yield
     finally:
         aiortc.rtcrtpsender.random_sequence_number = original
+
+
+# --- sender: the batch send path (one task sends every stream's due frames) ------------------
+
+
+def sender_rtp_context(sender: RTCRtpSender) -> tuple[str | None, Any]:
+    """The sender's negotiated mid and RTP header-extension map (valid once it has started)."""
+    _require(sender, "_RTCRtpSender__mid")
+    _require(sender, _SENDER_EXTENSIONS)
+    return sender._RTCRtpSender__mid, getattr(sender, _SENDER_EXTENSIONS)  # type: ignore[attr-defined]
+
+
+def note_rtp_sent(
+    sender: RTCRtpSender, rtp_timestamp: int, ntp_timestamp: int, octets: int
+) -> None:
+    """Keep the counters aiortc's RTCP sender reports are built from, for packets we sent."""
+    sender._RTCRtpSender__ntp_timestamp = ntp_timestamp  # type: ignore[attr-defined]
+    sender._RTCRtpSender__rtp_timestamp = rtp_timestamp  # type: ignore[attr-defined]
+    sender._RTCRtpSender__octet_count += octets  # type: ignore[attr-defined]
+    sender._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
+
+
+def send_rtp_now(transport: RTCDtlsTransport, data: bytes) -> bool:
+    """Protect and send one RTP packet synchronously (no await, no task switch).
+
+    Returns False, having sent nothing, when that is not possible: the transport is not
+    connected, or the selected ICE pair is not a plain UDP socket (a TURN relay) -- the caller
+    then uses the async path (``send_rtp_packet``).
+    """
+    if transport.state != "connected":
+        return False
+    pair = transport.transport._connection._nominated.get(1)
+    if pair is None or type(pair.protocol) is not aioice.ice.StunProtocol:
+        return False
+    udp = pair.protocol.transport
+    if udp is None:
+        return False
+    udp.sendto(transport._tx_srtp.protect(data), pair.remote_addr)
+    return True
+
+
+async def send_raw_rtp(transport: RTCDtlsTransport, data: bytes) -> None:
+    """The async path for unprotected RTP bytes (SRTP, ICE), past any test-only filter."""
+    await _raw_send_rtp(transport)(data)
+
+
+def first_sequence_number() -> int:
+    """A stream's random first RTP sequence number, drawn the way aiortc's sender draws it (so
+    ``fixed_start_sequence`` steers the batch send path too)."""
+    return int(aiortc.rtcrtpsender.random_sequence_number())

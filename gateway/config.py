@@ -35,6 +35,7 @@ class GatewayConfig:
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
     event_loop: str = "auto"  # auto: uvloop when installed
+    send_path: str = "batch"
     answer_nack: bool = True
     test_drop_first_tx_percent: float = 0.0
     test_drop_seed: int | None = None
@@ -59,6 +60,7 @@ class GatewayConfig:
             answer_nack=self.answer_nack,
             test_drop_first_tx_percent=self.test_drop_first_tx_percent,
             test_drop_seed=self.test_drop_seed,
+            send_path=self.send_path,
         )
 
 
@@ -135,6 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("TEST_DROP_FIRST_TX", "0") or 0),
                    help="TEST ONLY: drop this %% of first RTP transmissions at the gateway, to "
                    "exercise NACK recovery [GATEWAY_TEST_DROP_FIRST_TX]")
+    p.add_argument("--send-path", choices=["batch", "aiortc"],
+                   default=_env("SEND_PATH", "batch"),
+                   help="batch: every stream's due packet is built and sent from one shared tick "
+                   "(fast); aiortc: aiortc's own per-sender loop pulls from a track "
+                   "[GATEWAY_SEND_PATH]")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"],
                    default=_env("EVENT_LOOP", "auto"),
                    help="auto = uvloop when installed (the 'speed' extra), else asyncio "
@@ -174,6 +181,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         web_dir=args.web_dir,
         log_level=args.log_level,
         event_loop=args.event_loop,
+        send_path=args.send_path,
         answer_nack=not args.no_nack,
         test_drop_first_tx_percent=args.test_drop_first_tx,
         phrase_cache_mb=args.phrase_cache_mb,

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
 
 from gateway import aiortc_compat
+from gateway.media.batch_sender import BatchStream, ParkedTrack
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore, StoredPacket
 from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_packet
@@ -48,6 +50,7 @@ class SessionOptions:
     answer_nack: bool = True  # a=rtcp-fb:<pt> nack in the answer (off only to compare, in tests)
     test_drop_first_tx_percent: float = 0.0  # TEST ONLY: lose this share of first transmissions
     test_drop_seed: int | None = None
+    send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
 
 
 class Session:
@@ -67,9 +70,17 @@ class Session:
         self.close_reason: str | None = None
         self.queue = FrameQueue(options.queue_frames)
         self.store = FrameStore(options.store_frames)
-        self.track = PassthroughOpusTrack(
-            self.queue, self.store, silence_packet(options.encoder), shared_ticker()
-        )
+        silence = silence_packet(options.encoder)
+        self.batch: BatchStream | None = None
+        self.track: MediaStreamTrack
+        if options.send_path == "batch":
+            self.batch = BatchStream(self.queue, self.store, silence, shared_ticker())
+            self.track = ParkedTrack(on_sender_started=self._start_batch)
+            self.media: PassthroughOpusTrack | BatchStream = self.batch
+        else:
+            self.track = self.media = PassthroughOpusTrack(
+                self.queue, self.store, silence, shared_ticker()
+            )
         self.speaker = Speaker(
             self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances,
             cache=phrase_cache,
@@ -112,16 +123,26 @@ class Session:
         except Exception as exc:  # aiortc's OperationError / InvalidStateError and kin
             raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
         codecs = aiortc_compat.negotiated_codecs(transceiver)
-        aiortc_compat.pin_codecs(transceiver, [answer_codec(codecs, nack=self.options.answer_nack)])
+        opus = answer_codec(codecs, nack=self.options.answer_nack)
+        aiortc_compat.pin_codecs(transceiver, [opus])
+        self._transceiver, self._payload_type = transceiver, opus.payloadType
         aiortc_compat.install_sender_history(transceiver.sender, self.store)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
         self.retransmitter.attach(transceiver.sender)
         if self.options.test_drop_first_tx_percent > 0:
-            self.retransmitter.drop_first_transmissions(
-                self.options.test_drop_first_tx_percent, self.options.test_drop_seed
-            )
+            percent, seed = self.options.test_drop_first_tx_percent, self.options.test_drop_seed
+            if self.batch is not None:
+                self.batch.drop_first_tx = self.retransmitter.first_transmission_filter(
+                    percent, seed
+                )
+            else:
+                self.retransmitter.drop_first_transmissions(percent, seed)
         return pc.localDescription.sdp
+
+    def _start_batch(self) -> None:
+        assert self.batch is not None
+        self.batch.start(self._transceiver.sender, self._payload_type)
 
     def _start(self) -> None:
         self.speaker.start()
@@ -158,6 +179,8 @@ class Session:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._watchdog
             await self.speaker.close()
+            if self.batch is not None:
+                self.batch.stop()
             self.track.stop()
             await self.pc.close()
         finally:
@@ -172,7 +195,7 @@ class Session:
             await self.pc.addIceCandidate(None)
 
     def state(self) -> dict[str, Any]:
-        speaker, track = self.speaker, self.track
+        speaker, track = self.speaker, self.media
         current = speaker.current
         return {
             "id": self.id,

@@ -330,7 +330,7 @@ async def test_nack_older_than_five_seconds_gets_a_concealment_packet(gateway, c
     # NACK off on the client: the packet dropped here stays missing until we ask, too late.
     client = await listener(gateway, receive_path=ReceivePathConfig(nack=False))
     clients.append(client)
-    await asyncio.wait_for(client.capture.wait_for_seq(0), 5.0)  # any packet
+    await asyncio.wait_for(client.capture.wait_packets(1), 5.0)  # any packet
     first = client.capture.packets[0]
     old_seq = seq_add(first.seq & 0xFFFF, 10)
     drops: list[DropSeqsOnce] = []
@@ -406,7 +406,7 @@ async def test_fuzzed_rtcp_is_counted_and_the_stream_keeps_flowing(gateway, clie
     try:
         client = await listener(gateway)
         clients.append(client)
-        await asyncio.wait_for(client.capture.wait_for_seq(0), 5.0)
+        await asyncio.wait_for(client.capture.wait_packets(1), 5.0)
         await client.receive.wait_periods(10)
         first = client.capture.packets[0]
         sender = aiortc_compat.receiver_rtcp_ssrc(client.transceiver.receiver)

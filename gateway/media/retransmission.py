@@ -71,8 +71,16 @@ class Retransmitter:
         aiortc_compat.intercept_rtcp(sender.transport, self.on_rtcp)
 
     def drop_first_transmissions(self, percent: float, seed: int | None = None) -> None:
-        """TEST ONLY: lose ``percent`` % of first transmissions before they reach the wire."""
+        """TEST ONLY: lose ``percent`` % of first transmissions sent through aiortc's loop."""
         assert self._sender is not None
+        aiortc_compat.drop_first_transmissions(
+            self._sender.transport, self.first_transmission_filter(percent, seed)
+        )
+
+    def first_transmission_filter(
+        self, percent: float, seed: int | None = None
+    ) -> Callable[[bytes], bool]:
+        """TEST ONLY: a predicate that says to drop ``percent`` % of RTP packets (counted)."""
         rng = random.Random(seed)
 
         def drop(data: bytes) -> bool:
@@ -83,7 +91,7 @@ class Retransmitter:
                 return True
             return False
 
-        aiortc_compat.drop_first_transmissions(self._sender.transport, drop)
+        return drop
 
     async def on_rtcp(self, data: bytes) -> bytes:
         """Consume our NACKs from a compound RTCP datagram; return what aiortc should see."""

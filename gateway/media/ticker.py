@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import math
 import time
 import weakref
 from collections.abc import Callable
 
 EPSILON = 1e-6
+log = logging.getLogger(__name__)
 
 
 class Ticker:
@@ -33,6 +35,7 @@ class Ticker:
         self._loop = loop
         self._origin = clock()
         self._buckets: dict[int, list[asyncio.Future[None]]] = {}
+        self._calls: dict[int, list[Callable[[], None]]] = {}
         self._heap: list[int] = []
         self._armed: tuple[int, asyncio.TimerHandle] | None = None
         self.fired = 0  # timer callbacks run
@@ -57,11 +60,25 @@ class Ticker:
         bucket = self._buckets.get(tick)
         if bucket is None:
             self._buckets[tick] = [waiter]
-            heapq.heappush(self._heap, tick)
-            if self._armed is None or tick < self._armed[0]:
-                self._arm(tick)
+            if tick not in self._calls:
+                heapq.heappush(self._heap, tick)
+                if self._armed is None or tick < self._armed[0]:
+                    self._arm(tick)
         else:
             bucket.append(waiter)
+
+    def call_at(self, t: float, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` on the first tick at or after ``t`` (no future, no task)."""
+        tick = self.tick_at_or_after(t)
+        calls = self._calls.get(tick)
+        if calls is None:
+            self._calls[tick] = [callback]
+            if tick not in self._buckets:
+                heapq.heappush(self._heap, tick)
+                if self._armed is None or tick < self._armed[0]:
+                    self._arm(tick)
+        else:
+            calls.append(callback)
 
     async def sleep(self, delay: float) -> None:
         """``asyncio.sleep`` rounded up to the grid (the PacingClock's sleep)."""
@@ -81,18 +98,27 @@ class Ticker:
         self._armed = None
         self.fired += 1
         now = self._clock()
-        heap, buckets = self._heap, self._buckets
+        heap, buckets, calls = self._heap, self._buckets, self._calls
         while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
-            for waiter in buckets.pop(heapq.heappop(heap)):
+            tick = heapq.heappop(heap)
+            for waiter in buckets.pop(tick, ()):
                 if not waiter.done():
                     waiter.set_result(None)
                     self.released += 1
+            for callback in calls.pop(tick, ()):
+                self.released += 1
+                try:
+                    callback()
+                except Exception:  # one stream's failure must not stop the others' ticks
+                    log.exception("tick callback failed")
         if heap:
             self._arm(heap[0])
 
     @property
     def waiting(self) -> int:
-        return sum(len(b) for b in self._buckets.values())
+        return sum(len(b) for b in self._buckets.values()) + sum(
+            len(c) for c in self._calls.values()
+        )
 
 
 _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
@@ -100,7 +126,7 @@ _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
 )
 
 
-GRID_S = 0.005  # four ticks per 20 ms frame: streams spread over them
+GRID_S = 0.0025  # eight ticks per 20 ms frame: streams spread over them, smaller bursts
 
 
 def shared_ticker(period: float = GRID_S) -> Ticker:

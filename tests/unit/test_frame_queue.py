@@ -30,15 +30,6 @@ async def test_clear_empties_and_unblocks_producers():
     assert q.pop().payload == b"b"
 
 
-async def test_wait_arrival_wakes_on_put_and_times_out_when_idle():
-    q = FrameQueue()
-    assert await q.wait_arrival(0.001) is False
-    waiter = asyncio.create_task(q.wait_arrival(10))
-    await asyncio.sleep(0)
-    await q.put(EncodedFrame(b"x"))
-    assert await asyncio.wait_for(waiter, 1) is True
-
-
 def test_bound_must_be_positive():
     with pytest.raises(ValueError):
         FrameQueue(0)
