@@ -43,3 +43,19 @@ def test_ice_host_restriction_round_trip():
 def test_missing_attribute_raises_a_clear_error():
     with pytest.raises(RuntimeError, match="aiortc internals moved"):
         aiortc_compat.install_sender_history(object(), FrameStore())  # type: ignore[arg-type]
+
+
+async def test_batch_path_reaches_the_senders_internals():
+    pc = RTCPeerConnection()
+    transceiver = pc.addTransceiver("audio", direction="sendonly")
+    sender = transceiver.sender
+    mid, extensions = aiortc_compat.sender_rtp_context(sender)
+    assert mid is None and extensions is not None  # configured when the sender starts
+    aiortc_compat.note_rtp_sent(sender, rtp_timestamp=960, ntp_timestamp=1, octets=40)
+    aiortc_compat.note_rtp_sent(sender, rtp_timestamp=1920, ntp_timestamp=2, octets=40)
+    assert sender._RTCRtpSender__packet_count == 2
+    assert sender._RTCRtpSender__octet_count == 80
+    assert sender._RTCRtpSender__rtp_timestamp == 1920
+    assert aiortc_compat.send_rtp_now(sender.transport, b"x" * 20) is False  # not connected
+    assert 0 <= aiortc_compat.first_sequence_number() <= 0xFFFF
+    await pc.close()
