@@ -31,7 +31,7 @@ from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import FRAME_MS, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.ticker import Ticker
-from gateway.media.track import TrackStats
+from gateway.media.track import TrackStats, take_slot
 
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
@@ -126,16 +126,7 @@ class BatchStream:
             self._schedule()
 
     def _send_one(self) -> None:
-        frame = self.queue.pop()
-        slot = self.pacer.release()
-        stats = self.stats
-        stats.frames_sent += 1
-        if frame is None:
-            payload = self._silence
-            stats.silence_frames += 1
-        else:
-            payload = frame.payload
-            stats.speech_frames += 1
+        frame, slot, payload = take_slot(self.queue, self.pacer, self.stats, self._silence)
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         packet = RtpPacket(
             payload_type=self._payload_type,

@@ -8,6 +8,7 @@ coded bandwidth (RFC 7587 §4.1), so a 20 ms frame advances the RTP timestamp by
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -57,6 +58,10 @@ class OpusFrameEncoder:
         if bool(got) != self.settings.fec:
             raise RuntimeError(f"libopus refused in-band FEC={self.settings.fec} (reads {got})")
         self._enc = enc
+        # libopus encoder state is not thread-safe. Encoding runs on worker threads, and a batch
+        # whose awaiting task was cancelled (barge-in) still runs to its end: the next batch of
+        # the same session must wait for it, not share the state with it.
+        self._lock = threading.Lock()
 
     @property
     def fec_enabled(self) -> bool:
@@ -67,7 +72,8 @@ class OpusFrameEncoder:
         """Encode exactly one 20 ms frame (960 bytes of s16le mono) into one Opus packet."""
         if len(frame) != FRAME_BYTES:
             raise ValueError(f"an Opus frame is {FRAME_BYTES} bytes, got {len(frame)}")
-        return bytes(self._enc.encode(frame, FRAME_SAMPLES))
+        with self._lock:
+            return bytes(self._enc.encode(frame, FRAME_SAMPLES))
 
     def encode_many(self, frames: list[bytes]) -> list[bytes]:
         """Encode consecutive frames in order (one call per batch from a worker thread; libopus

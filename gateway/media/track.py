@@ -26,6 +26,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
+from gateway.media.frames import EncodedFrame
 from gateway.media.opus_codec import FRAME_MS, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.ticker import Ticker
@@ -38,6 +39,21 @@ class TrackStats:
     frames_sent: int = 0
     speech_frames: int = 0
     silence_frames: int = 0
+
+
+def take_slot(
+    queue: FrameQueue, pacer: PacingClock, stats: TrackStats, silence: bytes
+) -> tuple[EncodedFrame | None, int, bytes]:
+    """Release the next slot: the queued frame for it (None: keep-alive silence), the slot's
+    index and the payload to send. Shared by both send paths."""
+    frame = queue.pop()
+    slot = pacer.release()
+    stats.frames_sent += 1
+    if frame is None:
+        stats.silence_frames += 1
+        return None, slot, silence
+    stats.speech_frames += 1
+    return frame, slot, frame.payload
 
 
 class PassthroughOpusTrack(MediaStreamTrack):
@@ -79,16 +95,7 @@ class PassthroughOpusTrack(MediaStreamTrack):
         await self._wait_slot()
         if self.readyState != "live":
             raise MediaStreamError
-        frame = self.queue.pop()
-        slot = self.pacer.release()
-        stats = self.stats
-        stats.frames_sent += 1
-        if frame is None:
-            payload = self._silence
-            stats.silence_frames += 1
-        else:
-            payload = frame.payload
-            stats.speech_frames += 1
+        frame, slot, payload = take_slot(self.queue, self.pacer, self.stats, self._silence)
         # aiortc packs this packet and records it in the store synchronously after we return.
         self.store.next_frame = frame
         packet = av.Packet(payload)

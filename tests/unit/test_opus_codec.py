@@ -76,3 +76,20 @@ def test_wrong_frame_size_and_bad_settings_are_refused():
         OpusFrameEncoder().encode(bytes(FRAME_BYTES - 2))
     with pytest.raises(ValueError):
         EncoderSettings(bitrate=1000)
+
+
+def test_one_encoder_used_from_two_threads_is_serialized():
+    # A cancelled batch may still be encoding when the next one starts on another worker thread;
+    # unserialized, libopus would corrupt its state or abort the process.
+    import threading
+
+    enc = OpusFrameEncoder()
+    frames = [tone(0.02, 300 + i).tobytes() for i in range(200)]
+    results: list[list[bytes]] = []
+    threads = [threading.Thread(target=lambda: results.append(enc.encode_many(frames)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and all(len(r) == 200 and all(r) for r in results)
