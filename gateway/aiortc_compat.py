@@ -12,8 +12,8 @@ Touched:
   rtcp-fb lines come from (aiortc intersects feedback with the offer and drops ``nack``).
 - ``aioice.ice.get_host_addresses``: restrict host candidates to configured addresses (aioice
   always leaves out 127.0.0.1 and has no option for it).
-- ``RTCRtpReceiver._handle_rtp_packet`` / ``__jitter_buffer`` / ``_send_rtcp_nack``: raw RTP
-  taps for our own receive path (the headless client).
+- ``RTCRtpReceiver._handle_rtp_packet`` / ``__jitter_buffer``: raw RTP taps for our own receive
+  path (the headless client).
 - ``RTCDtlsTransport._handle_rtcp_data`` / ``_send_rtp`` and ``RTCRtpSender._ssrc`` /
   ``__rtp_header_extensions_map``: our NACK responder sees raw RTCP first (aiortc's parser
   mis-reads NACKs across the sequence wrap and ignores misses) and resends stored packets.
@@ -38,7 +38,7 @@ from typing import Any
 import aioice.ice
 import aiortc.rtcrtpsender
 from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
-from aiortc.rtcrtpparameters import RTCRtcpFeedback, RTCRtpCodecParameters
+from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 
 _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
 _SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
@@ -57,7 +57,7 @@ def check_internals() -> list[str]:
     for name in ("_retransmit", "_run_rtp", "_next_encoded_frame"):
         if not callable(getattr(RTCRtpSender, name, None)):
             problems.append(f"RTCRtpSender.{name}")
-    for name in ("_handle_rtp_packet", "_send_rtcp_nack"):
+    for name in ("_handle_rtp_packet",):
         if not callable(getattr(RTCRtpReceiver, name, None)):
             problems.append(f"RTCRtpReceiver.{name}")
     for name in ("_handle_rtcp_data", "_send_rtp"):
@@ -118,10 +118,6 @@ def pin_codecs(
     transceiver._codecs = list(codecs)
 
 
-def feedback(*types: str) -> list[RTCRtcpFeedback]:
-    return [RTCRtcpFeedback(type=t) for t in types]
-
-
 # --- ICE: host candidate addresses ------------------------------------------------------------
 
 
@@ -178,11 +174,6 @@ def tap_rtp(receiver: RTCRtpReceiver, tap: RtpTap, bypass_decoder: bool = True) 
     receiver._handle_rtp_packet = handle  # type: ignore[method-assign]
 
 
-async def send_nack(receiver: RTCRtpReceiver, media_ssrc: int, seqs: Sequence[int]) -> None:
-    """Send one RTCP generic NACK for ``seqs`` through the receiver's transport."""
-    await receiver._send_rtcp_nack(media_ssrc, sorted(seqs))
-
-
 # --- sender: RTCP interception and retransmission --------------------------------------------
 
 
@@ -218,8 +209,7 @@ def _raw_send_rtp(transport: RTCDtlsTransport) -> Callable[[bytes], Awaitable[No
 async def send_rtp_packet(sender: RTCRtpSender, packet: Any) -> None:
     """Serialize and send an RtpPacket on the sender's transport (SRTP, same SSRC)."""
     _require(sender, _SENDER_EXTENSIONS)
-    data = packet.serialize(getattr(sender, _SENDER_EXTENSIONS))
-    await _raw_send_rtp(sender.transport)(data)
+    await send_unprotected(sender.transport, packet.serialize(getattr(sender, _SENDER_EXTENSIONS)))
 
 
 def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
@@ -238,8 +228,10 @@ def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes]
     transport._send_rtp = send  # type: ignore[method-assign]
 
 
-async def send_raw_rtcp(transport: RTCDtlsTransport, data: bytes) -> None:
-    """Send raw (unprotected) RTCP bytes over an established DTLS-SRTP transport."""
+async def send_unprotected(transport: RTCDtlsTransport, data: bytes) -> None:
+    """Send raw RTP or RTCP bytes (told apart by their payload type octet) over an established
+    DTLS-SRTP transport: SRTP/SRTCP protection, ICE, past any test-only first-transmission filter.
+    """
     _require(transport, "_send_rtp")
     await _raw_send_rtp(transport)(data)
 
@@ -306,10 +298,8 @@ async def send_receiver_rtcp(receiver: RTCRtpReceiver, data: bytes) -> bool:
     ``data`` must look like RTCP (second octet 192..208) so it is protected as SRTCP.
     Returns False when the transport is not (or no longer) connected.
     """
-    transport = receiver.transport
-    _require(transport, "_send_rtp")
     try:
-        await transport._send_rtp(data)
+        await send_unprotected(receiver.transport, data)
     except ConnectionError:
         return False
     return True
@@ -371,10 +361,6 @@ def send_rtp_now(transport: RTCDtlsTransport, data: bytes) -> bool:
     udp.sendto(transport._tx_srtp.protect(data), pair.remote_addr)
     return True
 
-
-async def send_raw_rtp(transport: RTCDtlsTransport, data: bytes) -> None:
-    """The async path for unprotected RTP bytes (SRTP, ICE), past any test-only filter."""
-    await _raw_send_rtp(transport)(data)
 
 
 def first_sequence_number() -> int:

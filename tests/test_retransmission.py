@@ -17,7 +17,7 @@ from tests.conftest import tone_voices
 async def nack(client: GatewayClient, seqs: list[int]) -> None:
     ssrc = client.capture.packets[0].ssrc
     receiver = client.pc.getTransceivers()[0].receiver
-    await aiortc_compat.send_raw_rtcp(receiver.transport, build_nack_packet(1, ssrc, seqs))
+    await aiortc_compat.send_unprotected(receiver.transport, build_nack_packet(1, ssrc, seqs))
 
 
 async def gateway_state(gateway, client) -> dict:
@@ -83,7 +83,7 @@ async def test_repeated_nack_is_rate_limited(start_gateway):
         # the 40 ms back-off that follows the first resend.
         twice = build_nack_packet(1, ordered[0].ssrc, [target % 65536]) * 2
         receiver = client.pc.getTransceivers()[0].receiver
-        await aiortc_compat.send_raw_rtcp(receiver.transport, twice)
+        await aiortc_compat.send_unprotected(receiver.transport, twice)
         await asyncio.wait_for(client.capture.wait_arrival(target, before), 5)
         counters = (await gateway_state(gateway, client))["nack"]
         assert counters["hits"] == 1 and counters["rate_limited"] == 1
@@ -148,7 +148,7 @@ async def test_malformed_rtcp_is_counted_and_the_stream_flows(gateway, connect):
     good = build_nack_packet(1, ssrc, [client.capture.packets[-1].seq % 65536])
     bad = bytearray(good)
     bad[3] += 5  # length field past the datagram
-    await aiortc_compat.send_raw_rtcp(receiver.transport, bytes(bad))
+    await aiortc_compat.send_unprotected(receiver.transport, bytes(bad))
     said = await client.say("still", voice="tone")
     state = await client.wait_utterance(said.utterance["id"])
     assert state["state"] == "done"

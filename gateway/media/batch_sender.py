@@ -110,7 +110,7 @@ class BatchStream:
     async def _send_async(self, data: bytes) -> None:
         assert self._sender is not None
         with contextlib.suppress(ConnectionError):
-            await aiortc_compat.send_raw_rtp(self._sender.transport, data)
+            await aiortc_compat.send_unprotected(self._sender.transport, data)
 
     def _schedule(self) -> None:
         self.ticker.call_at(self.pacer.deadline(), self._on_tick)
