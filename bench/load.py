@@ -195,6 +195,16 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
             proc.wait(5)
 
 
+async def fetch_health(url: str) -> dict[str, Any] | None:
+    """The server's /healthz after the windows (the gateway's GC and loop-stall counters)."""
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
+            async with http.get(f"{url}/healthz") as r:
+                return dict(await r.json())
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
 async def run_rung(
     kind: str, n: int, args: argparse.Namespace, wav: Path, tmp: Path, gateway_extra: list[str]
 ) -> dict:
@@ -243,6 +253,7 @@ async def run_rung(
             )[-1500:]
             return rung
         rung.update(json.loads(out.read_text()))
+        rung["server_health"] = await fetch_health(url)
         profile = (rung.get("speaking") or {}).get("profile")
         if profile and Path(profile).exists():
             rung["profile_top"] = profile_top(Path(profile))
@@ -251,6 +262,10 @@ async def run_rung(
     finally:
         stop(server)
         rung["server_log_tail"] = tail(log, 600) or None
+        if log.exists():  # kept next to the results: stall reports, errors
+            kept = Path(args.out).with_name(f"{Path(args.out).stem}-{kind}-{n}.log")
+            shutil.copyfile(log, kept)
+            rung["server_log"] = str(kept)
     return rung
 
 
@@ -474,7 +489,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmpdir:
         tmp = Path(tmpdir)
         wav = tone_wav(tmp / "tone440.wav", args.phrase_s)
-        gateway_extra: list[str] = []
+        gateway_extra: list[str] = list(args.gateway_arg)
         if "gateway" in kinds and speech:
             flags = gateway_flags()
             has_cache = "--phrase-cache-dir" in flags
@@ -488,9 +503,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 cache_dir.mkdir()
                 print(f"warming the phrase cache ({args.phrase_s:g} s phrase) ...", flush=True)
                 warm = await warm_phrase_cache(cache_dir, wav, args, tmp)
-                gateway_extra = ["--phrase-cache-dir", str(cache_dir)]
+                gateway_extra += ["--phrase-cache-dir", str(cache_dir)]
             elif "--phrase-cache-mb" in flags:
-                gateway_extra = ["--phrase-cache-mb", "0"]  # every frame encoded
+                gateway_extra += ["--phrase-cache-mb", "0"]  # every frame encoded
         print(HEADER, flush=True)
         for kind in kinds:
             for n in ladder:
@@ -587,6 +602,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--retries", type=int, default=1,
                         help="measure a broken N again when other processes took > 20 %% of "
                         "the server's core meanwhile")
+    parser.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                        help="an extra flag for every gateway rung (repeat; e.g. "
+                        "--gateway-arg=--stall-warn-ms=20)")
     parser.add_argument("--out", default=str(RESULTS / "load.json"))
     parser.add_argument("--plot", default=None, help="PNG path (default: next to --out)")
     args = parser.parse_args(argv)

@@ -207,9 +207,12 @@ def _raw_send_rtp(transport: RTCDtlsTransport) -> Callable[[bytes], Awaitable[No
 
 
 async def send_rtp_packet(sender: RTCRtpSender, packet: Any) -> None:
-    """Serialize and send an RtpPacket on the sender's transport (SRTP, same SSRC)."""
-    _require(sender, _SENDER_EXTENSIONS)
-    await send_unprotected(sender.transport, packet.serialize(getattr(sender, _SENDER_EXTENSIONS)))
+    """Send an RTP packet on the sender's transport (SRTP, same SSRC): an aiortc RtpPacket
+    (serialized with the sender's extension map) or bytes already serialized."""
+    if not isinstance(packet, bytes):
+        _require(sender, _SENDER_EXTENSIONS)
+        packet = packet.serialize(getattr(sender, _SENDER_EXTENSIONS))
+    await send_unprotected(sender.transport, packet)
 
 
 def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
@@ -343,24 +346,38 @@ def note_rtp_sent(
     sender._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
 
 
-def send_rtp_now(transport: RTCDtlsTransport, data: bytes) -> bool:
-    """Protect and send one RTP packet synchronously (no await, no task switch).
+def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | None:
+    """A function that SRTP-protects and sends one serialized RTP packet synchronously (no
+    await, no task switch) on the transport's nominated ICE pair, returning False, having sent
+    nothing, once that is no longer possible (transport not connected, socket closed).
 
-    Returns False, having sent nothing, when that is not possible: the transport is not
-    connected, or the selected ICE pair is not a plain UDP socket (a TURN relay) -- the caller
-    then uses the async path (``send_rtp_packet``).
+    None when it is not possible at all: not connected yet, or the nominated pair is not a
+    plain UDP socket (a TURN relay) -- the caller then uses the async path (``send_rtp_packet``).
+    The pair, socket and SRTP session are looked up once, not per packet.
     """
+    _require(transport, "_tx_srtp")
     if transport.state != "connected":
-        return False
-    pair = transport.transport._connection._nominated.get(1)
+        return None
+    connection = _ice_connection(transport)
+    _require(connection, "_nominated")
+    pair = connection._nominated.get(1)
     if pair is None or type(pair.protocol) is not aioice.ice.StunProtocol:
-        return False
+        return None
     udp = pair.protocol.transport
     if udp is None:
-        return False
-    udp.sendto(transport._tx_srtp.protect(data), pair.remote_addr)
-    return True
+        return None
+    protect = transport._tx_srtp.protect
+    sendto = udp.sendto
+    is_closing = udp.is_closing
+    addr = pair.remote_addr
 
+    def send(data: bytes) -> bool:
+        if transport.state != "connected" or is_closing():
+            return False
+        sendto(protect(data), addr)
+        return True
+
+    return send
 
 
 def first_sequence_number() -> int:

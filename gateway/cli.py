@@ -12,7 +12,8 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig, parse_config
 from gateway.http.app import create_app
-from gateway.http.routes import REGISTRY
+from gateway.http.routes import REGISTRY, STALL_WATCH
+from gateway.stall_watch import StallWatch
 from gateway.tts.registry import VoiceRegistry
 
 
@@ -24,12 +25,18 @@ async def serve(config: GatewayConfig) -> None:
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
     app[REGISTRY].gc.freeze()  # models and start-up state are long-lived: out of the GC's sight
+    if config.stall_warn_ms > 0:
+        watch = StallWatch(config.stall_warn_ms / 1000)
+        app[STALL_WATCH] = watch
+        watch.start()
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     print(f"voice gateway on http://{shown}:{config.port}/  (demo page)", flush=True)
     print(f"  voices: {', '.join(voices.names)}; API: POST /v1/sessions", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
+        if STALL_WATCH in app:
+            app[STALL_WATCH].stop()
         await runner.cleanup()
         await voices.close()
 

@@ -41,6 +41,7 @@ class GatewayConfig:
     test_drop_seed: int | None = None
     phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
     phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
+    stall_warn_ms: float = 0.0  # log the loop's stack when it is blocked this long (0: off)
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -154,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=Path(v) if (v := _env("PHRASE_CACHE_DIR")) else None,
                    help="persist the phrase cache in this directory (default: memory only) "
                    "[GATEWAY_PHRASE_CACHE_DIR]")
+    p.add_argument("--stall-warn-ms", type=float,
+                   default=float(_env("STALL_WARN_MS", "0") or 0),
+                   help="log where the event loop is when it is blocked this long; counts in "
+                   "/healthz (0: off) [GATEWAY_STALL_WARN_MS]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
     return p
@@ -186,4 +191,5 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         test_drop_first_tx_percent=args.test_drop_first_tx,
         phrase_cache_mb=args.phrase_cache_mb,
         phrase_cache_dir=args.phrase_cache_dir,
+        stall_warn_ms=args.stall_warn_ms,
     )

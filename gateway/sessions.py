@@ -71,3 +71,4 @@ class SessionRegistry:
 
     async def close_all(self) -> None:
         await asyncio.gather(*(s.close("gateway shutting down") for s in self))
+        self.gc.close()

@@ -17,6 +17,7 @@ from gateway.sdp_policy import SdpRejected
 from gateway.session import Session
 from gateway.sessions import SessionLimitReached, SessionRegistry
 from gateway.speech import FINAL_STATES, SpeechQueueFull
+from gateway.stall_watch import StallWatch
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
 SDP = "application/sdp"
@@ -27,6 +28,7 @@ REGISTRY = web.AppKey("registry", SessionRegistry)
 VOICES = web.AppKey("voices", VoiceRegistry)
 LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
+STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 
 routes = web.RouteTableDef()
 
@@ -222,7 +224,9 @@ async def cache_stats(request: web.Request) -> web.Response:
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
-    return web.json_response(
-        {"status": "ok", "version": __version__, "sessions": len(registry),
-         "gc": asdict(registry.gc.stats)}
-    )
+    body: dict[str, Any] = {"status": "ok", "version": __version__, "sessions": len(registry),
+            "gc": asdict(registry.gc.stats)}
+    watch = request.app.get(STALL_WATCH)
+    if watch is not None:
+        body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
+    return web.json_response(body)

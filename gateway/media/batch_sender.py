@@ -3,8 +3,10 @@
 With aiortc's own send loop every packet costs a task wake-up and a chain of coroutines
 (track.recv -> pack -> serialize -> SRTP -> ICE -> socket), ≈60-80 µs per packet measured under
 load (bench/load.py). Here each stream is a tick callback: when its slot is due it pops its next
-frame (or the keep-alive silence), builds the RTP packet, records it in the frame store (so NACKs
-are answered exactly as on the aiortc path), protects it and hands it to the socket, all
+frame (or the keep-alive silence), builds the RTP packet from the stream's header template
+(``RtpHeaderTemplate``: aiortc's exact bytes, three fields patched), records it in the frame store
+(so NACKs are answered exactly as on the aiortc path), protects it and hands it to the socket
+(``aiortc_compat.direct_rtp_sender``: pair, socket and SRTP session looked up once), all
 synchronously. aiortc's own sender stays parked on a track that never yields (its RTCP task keeps
 sending sender reports, whose counters we keep up to date).
 
@@ -21,15 +23,15 @@ import logging
 import random
 from collections.abc import Callable
 
-from aiortc import RTCRtpSender, clock
+from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
-from aiortc.rtp import RtpPacket
 
 from gateway import aiortc_compat
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import FRAME_MS, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
+from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
 from gateway.media.ticker import Ticker
 from gateway.media.track import TrackStats, take_slot
 
@@ -96,9 +98,12 @@ class BatchStream:
         if self._running:
             return
         self._sender = sender
-        self._payload_type = payload_type
-        self._ssrc = aiortc_compat.sender_ssrc(sender)
-        self._mid, self._extensions = aiortc_compat.sender_rtp_context(sender)
+        mid, extensions = aiortc_compat.sender_rtp_context(sender)
+        self._header = RtpHeaderTemplate.from_aiortc(
+            payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid
+        )
+        self.store.header = self._header  # NACKed packets are rebuilt from it
+        self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._running = True
         self._schedule()
 
@@ -118,38 +123,30 @@ class BatchStream:
     def _on_tick(self) -> None:
         if not self._running:
             return
+        ntp = ntp_now()  # once per tick: every packet of this tick carries the same send time
+        ast = abs_send_time(ntp)
         sent = 0
         while self.pacer.time_to_next() <= 0.0005 and sent < MAX_CATCH_UP:
-            self._send_one()
+            self._send_one(ntp, ast)
             sent += 1
         if self._running:
             self._schedule()
 
-    def _send_one(self) -> None:
+    def _send_one(self, ntp: int, ast: int) -> None:
         frame, slot, payload = take_slot(self.queue, self.pacer, self.stats, self._silence)
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-        packet = RtpPacket(
-            payload_type=self._payload_type,
-            marker=1,
-            sequence_number=self._seq,
-            timestamp=timestamp,
-            ssrc=self._ssrc,
-            payload=payload,
-        )
-        ntp = clock.current_ntp_time()
-        packet.extensions.abs_send_time = (ntp >> 14) & 0x00FFFFFF
-        packet.extensions.mid = self._mid
-        self._seq = (self._seq + 1) & 0xFFFF
-        self.store.next_frame = frame
-        self.store.record(packet)
-        data = packet.serialize(self._extensions)
+        seq = self._seq
+        self._seq = (seq + 1) & 0xFFFF
+        data = self._header.build(seq, timestamp, ast.to_bytes(3, "big"), payload)
+        self.store.record_sent(seq, timestamp, payload, frame, ast)
         sender = self._sender
         assert sender is not None
         aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
         if self.drop_first_tx is not None and self.drop_first_tx(data):
             return
+        direct = self._direct
         try:
-            if aiortc_compat.send_rtp_now(sender.transport, data):
+            if direct is not None and direct(data):
                 return
         except ConnectionError:
             return

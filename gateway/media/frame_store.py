@@ -4,16 +4,28 @@ It holds the last ``capacity`` packets (250 = 5 s of 20 ms frames) for retransmi
 a fixed ring of 256 (a power of two, so ``seq & 255`` stays continuous across the 65535 -> 0
 wrap); an entry counts only while it is among the newest ``capacity`` sequence numbers, so the
 window is exact, O(1) per packet and bounded whatever the stream length.
+
+Recording allocates nothing: the ring is a set of preallocated arrays. The batch send path
+records the Opus payload (shared with the phrase cache, or the one keep-alive silence packet)
+and the abs-send-time it carried; the packet is rebuilt from the stream's header template
+(``RtpHeaderTemplate``) only when a NACK asks for it, byte-identical to what was sent. The aiortc
+path records aiortc's ``RtpPacket`` object. ``lookup`` builds a ``StoredPacket`` view on demand.
+Per packet objects would be ~250 GC-tracked objects and ~50 KB per stream, and full collections
+walking them stalled every stream at hundreds of streams (bench/load.py).
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aiortc.rtp import RtpPacket
+
 from gateway.media.frames import EncodedFrame
+from gateway.media.rtp_header import RtpHeaderTemplate
 
 RING = 256
 DEFAULT_CAPACITY = 250
@@ -23,9 +35,15 @@ DEFAULT_CAPACITY = 250
 class StoredPacket:
     seq: int
     timestamp: int
-    packet: Any  # aiortc RtpPacket, resent unchanged
+    packet: Any  # resent unchanged: serialized RTP (batch path) or aiortc's RtpPacket
     frame: EncodedFrame | None
     sent_at: float
+
+    @property
+    def payload(self) -> bytes:
+        if isinstance(self.packet, bytes):
+            return RtpPacket.parse(self.packet).payload
+        return bytes(self.packet.payload)
 
 
 class FrameStore:
@@ -36,22 +54,49 @@ class FrameStore:
             raise ValueError(f"capacity must be 1..{RING}")
         self.capacity = capacity
         self._clock = clock
-        self._ring: list[StoredPacket | None] = [None] * RING
+        self._seqs = array("l", [-1]) * RING  # -1: empty slot
+        self._timestamps = array("L", [0]) * RING
+        self._abs_send_times = array("L", [0]) * RING
+        self._sent_at = array("d", [0.0]) * RING
+        self._packets: list[Any] = [None] * RING  # payload bytes (header set) or RtpPacket
+        self._frames: list[EncodedFrame | None] = [None] * RING
+        self.header: RtpHeaderTemplate | None = None  # the batch path's template
         self._newest: int | None = None
         self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
         self.recorded = 0
 
-    def record(self, packet: Any) -> StoredPacket:
+    def record(self, packet: Any) -> None:
         """Keep a packet aiortc is about to send; attributes it to ``next_frame``."""
-        seq = int(packet.sequence_number)
         frame, self.next_frame = self.next_frame, None
-        entry = StoredPacket(seq, int(packet.timestamp), packet, frame, self._clock())
-        self._ring[seq & (RING - 1)] = entry
+        self._keep(int(packet.sequence_number), int(packet.timestamp), packet, 0, frame)
+
+    def record_sent(
+        self,
+        seq: int,
+        timestamp: int,
+        payload: bytes,
+        frame: EncodedFrame | None,
+        abs_send_time: int = 0,
+    ) -> None:
+        """Keep a packet the batch path sent: its payload and abs-send-time; the header comes
+        from ``header`` (which must be set)."""
+        self._keep(seq, timestamp, payload, abs_send_time, frame)
+
+    def _keep(
+        self, seq: int, timestamp: int, packet: Any, ast: int, frame: EncodedFrame | None
+    ) -> None:
+        i = seq & (RING - 1)
+        at = self._clock()
+        self._seqs[i] = seq
+        self._timestamps[i] = timestamp
+        self._abs_send_times[i] = ast
+        self._sent_at[i] = at
+        self._packets[i] = packet
+        self._frames[i] = frame
         self._newest = seq
         self.recorded += 1
         if frame is not None and frame.owner is not None:
-            frame.owner.on_frame_sent(frame, seq, entry.timestamp, entry.sent_at)
-        return entry
+            frame.owner.on_frame_sent(frame, seq, timestamp, at)
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
@@ -60,10 +105,15 @@ class FrameStore:
         age = (self._newest - seq) & 0xFFFF
         if age >= self.capacity:
             return None
-        entry = self._ring[seq & (RING - 1)]
-        if entry is None or entry.seq != seq:
+        i = seq & (RING - 1)
+        if self._seqs[i] != seq:
             return None
-        return entry
+        timestamp = self._timestamps[i]
+        packet = self._packets[i]
+        if self.header is not None:
+            ast = self._abs_send_times[i].to_bytes(3, "big")
+            packet = self.header.build(seq, timestamp, ast, packet)
+        return StoredPacket(seq, timestamp, packet, self._frames[i], self._sent_at[i])
 
     @property
     def newest_seq(self) -> int | None:

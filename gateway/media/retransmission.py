@@ -26,6 +26,7 @@ from aiortc import RTCRtpSender
 from aiortc.rtp import RtpPacket
 
 from gateway import aiortc_compat
+from gateway.media import rtp_header
 from gateway.media.frame_store import FrameStore, StoredPacket
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.retransmit import NackDecision, NackOutcome, NackResponder, concealment_payload
@@ -139,7 +140,9 @@ class Retransmitter:
             await aiortc_compat.send_rtp_packet(self._sender, packet)
             self.counters.concealments_sent += 1
 
-    def _concealment_for(self, seq: int) -> RtpPacket | None:
+    def _concealment_for(self, seq: int) -> RtpPacket | bytes | None:
+        """The newest packet's header (SSRC, PT, extensions) with ``seq``, the timestamp that
+        sequence number had, and a concealment payload."""
         newest_seq = self.store.newest_seq
         newest = None if newest_seq is None else self.store.lookup(newest_seq)
         if newest is None:
@@ -147,13 +150,17 @@ class Retransmitter:
         age = seq_diff(newest.seq, seq)
         if age < 0:  # a sequence number we have not reached: nothing to conceal
             return None
-        template: RtpPacket = newest.packet
+        timestamp = (newest.timestamp - age * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+        payload = concealment_payload(newest.payload[:1] or b"\x68")
+        template = newest.packet
+        if isinstance(template, bytes):  # the batch path stores serialized packets
+            return rtp_header.rewrite(template, seq, timestamp, payload)
         packet = RtpPacket(
             payload_type=template.payload_type,
             sequence_number=seq,
-            timestamp=(newest.timestamp - age * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF,
+            timestamp=timestamp,
             ssrc=template.ssrc,
-            payload=concealment_payload(template.payload[:1] or b"\x68"),
+            payload=payload,
         )
         packet.extensions = template.extensions
         return packet

@@ -7,7 +7,7 @@ from gateway.media.frames import EncodedFrame
 
 
 async def test_put_blocks_when_full_and_resumes_on_pop():
-    q = FrameQueue(maxsize=3)
+    q = FrameQueue(maxsize=3, low_water=2)
     for i in range(3):
         await q.put(EncodedFrame(bytes([i])))
     blocked = asyncio.create_task(q.put(EncodedFrame(b"\x03")))
@@ -33,3 +33,23 @@ async def test_clear_empties_and_unblocks_producers():
 def test_bound_must_be_positive():
     with pytest.raises(ValueError):
         FrameQueue(0)
+
+
+async def test_a_blocked_producer_wakes_only_at_low_water():
+    q = FrameQueue(maxsize=10)  # low water: 5
+    for i in range(10):
+        await q.put(EncodedFrame(bytes([i])))
+    blocked = asyncio.create_task(q.put(EncodedFrame(b"x")))
+    await asyncio.sleep(0)
+    for _ in range(4):  # 9, 8, 7, 6 left: still above low water
+        q.pop()
+        await asyncio.sleep(0)
+        assert not blocked.done()
+    q.pop()  # 5 left: low water reached
+    await asyncio.wait_for(blocked, 1)
+    assert len(q) == 6 and q.producer_waits == 1 and q.high_water == 10
+
+
+def test_low_water_must_be_below_the_bound():
+    with pytest.raises(ValueError):
+        FrameQueue(4, low_water=4)

@@ -63,3 +63,53 @@ def test_capacity_bounds():
         FrameStore(0)
     with pytest.raises(ValueError):
         FrameStore(257)
+
+
+def batch_store():
+    from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
+    from aiortc.rtp import HeaderExtensionsMap
+
+    from gateway.media.rtp_header import RtpHeaderTemplate
+
+    m = HeaderExtensionsMap()
+    m.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=1, uri="urn:ietf:params:rtp-hdrext:sdes:mid"),
+        RTCRtpHeaderExtensionParameters(
+            id=3, uri="http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"),
+    ]))
+    store = FrameStore(250)
+    store.header = RtpHeaderTemplate.from_aiortc(111, 0x1234, m, "0")
+    return store
+
+
+def test_batch_path_packets_are_rebuilt_byte_identical():
+    store = batch_store()
+    assert store.header is not None
+    sent = {}
+    for i in range(300):
+        seq, ts, ast = (65400 + i) & 0xFFFF, i * 960, (i * 7919) & 0xFFFFFF
+        payload = bytes([i & 0xFF]) * (1 + i % 90)
+        sent[seq] = store.header.build(seq, ts, ast.to_bytes(3, "big"), payload)
+        store.record_sent(seq, ts, payload, None, ast)
+    newest = (65400 + 299) & 0xFFFF
+    for seq in ((newest - k) & 0xFFFF for k in range(250)):
+        entry = store.lookup(seq)
+        assert entry.packet == sent[seq]
+        assert entry.payload == sent[seq][-len(entry.payload):]
+    assert store.lookup((newest - 250) & 0xFFFF) is None
+
+
+def test_recording_allocates_no_tracked_objects():
+    import gc
+
+    store = batch_store()
+    silence = b"\xf8\xff\xfe"
+    store.record_sent(0, 0, silence, None, 0)
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for seq in range(1, 1000):
+            store.record_sent(seq, seq * 960, silence, None, seq)
+        assert len(gc.get_objects()) - before <= 2  # no object per packet
+    finally:
+        gc.enable()
