@@ -6,6 +6,12 @@ sleeps until it has drained to ``low_water`` (half of it by default), not until 
 waking the producer task for every 20 ms frame costs a task switch per packet per speaking
 stream, which at hundreds of streams was a tenth of the gateway's CPU (bench/load.py profile).
 ``clear`` empties it at once (barge-in).
+
+Frames are kept as their fields in three deques, not as ``EncodedFrame`` objects: a frame waits
+here up to a second, long enough to be promoted to the collector's old generation, and hundreds of
+streams' worth of such objects made CPython's full collections pause every stream (bench/load.py,
+``gc`` in /healthz). Bytes and ints are not tracked by the collector; the owner is one shared
+object per utterance.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from gateway.media.frames import EncodedFrame
+from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
@@ -25,38 +31,45 @@ class FrameQueue:
             raise ValueError("low_water must be in 0..maxsize-1")
         self.maxsize = maxsize
         self.low_water = low
-        self._frames: deque[EncodedFrame] = deque()
+        self._payloads: deque[bytes] = deque()
+        self._owners: deque[FrameOwner | None] = deque()
+        self._indexes: deque[int] = deque()
         self._space = asyncio.Event()
         self._space.set()
         self.high_water = 0
         self.producer_waits = 0  # times a producer slept on a full queue
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return len(self._payloads)
 
     async def put(self, frame: EncodedFrame) -> None:
         """Append, waiting while the queue is full (until it drains to ``low_water``)."""
-        while len(self._frames) >= self.maxsize:
+        while len(self._payloads) >= self.maxsize:
             self._space.clear()
             self.producer_waits += 1
             await self._space.wait()
-        self._frames.append(frame)
-        if len(self._frames) > self.high_water:
-            self.high_water = len(self._frames)
+        self._payloads.append(frame.payload)
+        self._owners.append(frame.owner)
+        self._indexes.append(frame.index)
+        if len(self._payloads) > self.high_water:
+            self.high_water = len(self._payloads)
 
     def pop(self) -> EncodedFrame | None:
         """The next frame, or None when empty (the consumer never waits on the producer)."""
-        frames = self._frames
-        if not frames:
+        payloads = self._payloads
+        if not payloads:
             return None
-        frame = frames.popleft()
-        if len(frames) <= self.low_water and not self._space.is_set():
+        frame = EncodedFrame(payloads.popleft(), self._owners.popleft(), self._indexes.popleft())
+        if len(payloads) <= self.low_water and not self._space.is_set():
             self._space.set()
         return frame
 
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
-        dropped = list(self._frames)
-        self._frames.clear()
+        fields = zip(self._payloads, self._owners, self._indexes, strict=True)
+        dropped = [EncodedFrame(*f) for f in fields]
+        self._payloads.clear()
+        self._owners.clear()
+        self._indexes.clear()
         self._space.set()
         return dropped

@@ -10,6 +10,7 @@ records the Opus payload (shared with the phrase cache, or the one keep-alive si
 and the abs-send-time it carried; the packet is rebuilt from the stream's header template
 (``RtpHeaderTemplate``) only when a NACK asks for it, byte-identical to what was sent. The aiortc
 path records aiortc's ``RtpPacket`` object. ``lookup`` builds a ``StoredPacket`` view on demand.
+The frame a packet carried is kept as its owner and index (``EncodedFrame`` rebuilt on lookup).
 Per packet objects would be ~250 GC-tracked objects and ~50 KB per stream, and full collections
 walking them stalled every stream at hundreds of streams (bench/load.py).
 """
@@ -24,7 +25,7 @@ from typing import Any
 
 from aiortc.rtp import RtpPacket
 
-from gateway.media.frames import EncodedFrame
+from gateway.media.frames import EncodedFrame, FrameOwner
 from gateway.media.rtp_header import RtpHeaderTemplate
 
 RING = 256
@@ -59,7 +60,8 @@ class FrameStore:
         self._abs_send_times = array("L", [0]) * RING
         self._sent_at = array("d", [0.0]) * RING
         self._packets: list[Any] = [None] * RING  # payload bytes (header set) or RtpPacket
-        self._frames: list[EncodedFrame | None] = [None] * RING
+        self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
+        self._indexes = array("l", [0]) * RING
         self.header: RtpHeaderTemplate | None = None  # the batch path's template
         self._newest: int | None = None
         self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
@@ -92,11 +94,13 @@ class FrameStore:
         self._abs_send_times[i] = ast
         self._sent_at[i] = at
         self._packets[i] = packet
-        self._frames[i] = frame
         self._newest = seq
         self.recorded += 1
-        if frame is not None and frame.owner is not None:
-            frame.owner.on_frame_sent(frame, seq, timestamp, at)
+        owner = None if frame is None else frame.owner
+        self._owners[i] = owner
+        if owner is not None:
+            self._indexes[i] = frame.index  # type: ignore[union-attr]
+            owner.on_frame_sent(frame, seq, timestamp, at)  # type: ignore[arg-type]
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
@@ -110,10 +114,15 @@ class FrameStore:
             return None
         timestamp = self._timestamps[i]
         packet = self._packets[i]
+        payload = packet
         if self.header is not None:
             ast = self._abs_send_times[i].to_bytes(3, "big")
-            packet = self.header.build(seq, timestamp, ast, packet)
-        return StoredPacket(seq, timestamp, packet, self._frames[i], self._sent_at[i])
+            packet = self.header.build(seq, timestamp, ast, payload)
+        else:
+            payload = bytes(getattr(packet, "payload", b""))
+        owner = self._owners[i]
+        frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
+        return StoredPacket(seq, timestamp, packet, frame, self._sent_at[i])
 
     @property
     def newest_seq(self) -> int | None:

@@ -53,3 +53,26 @@ async def test_a_blocked_producer_wakes_only_at_low_water():
 def test_low_water_must_be_below_the_bound():
     with pytest.raises(ValueError):
         FrameQueue(4, low_water=4)
+
+
+async def test_queued_frames_are_not_gc_tracked_objects():
+    import gc
+
+    class Owner:
+        def on_frame_sent(self, frame, seq, timestamp, at):
+            pass
+
+    owner = Owner()
+    q = FrameQueue(maxsize=500)
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for i in range(500):
+            await q.put(EncodedFrame(bytes([i & 0xFF]) * 40, owner, i))
+        assert len(gc.get_objects()) - before < 20  # deque blocks only, nothing per frame
+    finally:
+        gc.enable()
+    frame = q.pop()
+    assert frame.owner is owner and frame.index == 0 and len(q) == 499
+    dropped = q.clear()
+    assert [f.index for f in dropped] == list(range(1, 500)) and len(q) == 0
