@@ -23,7 +23,7 @@ from gateway import aiortc_compat
 from gateway.media.batch_sender import BatchStream, ParkedTrack
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore, StoredPacket
-from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder, silence_packet
+from gateway.media.opus_codec import EncoderSettings, silence_packet
 from gateway.media.retransmission import Retransmitter
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
@@ -82,7 +82,7 @@ class Session:
                 self.queue, self.store, silence, shared_ticker()
             )
         self.speaker = Speaker(
-            self.queue, OpusFrameEncoder(options.encoder), options.max_pending_utterances,
+            self.queue, options.encoder, options.max_pending_utterances,
             cache=phrase_cache,
         )
         self.retransmitter = Retransmitter(self.store, is_cancelled=_cut_off)

@@ -22,7 +22,7 @@ import pytest
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameEncoder, silence_packet
+from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, silence_packet
 from gateway.media.pacer import PacingClock
 from gateway.media.track import PassthroughOpusTrack
 from gateway.phrase_cache import PhraseCache
@@ -114,7 +114,7 @@ async def drain(
     cache = PhraseCache(64 * 1024 * 1024, max_entry_bytes=64 * 1024)
     # Encode inline (the production pool's thread hop would only make the producer look slow
     # next to a consumer that drains far faster than real time).
-    speaker = Speaker(queue, OpusFrameEncoder(), cache=cache, pool=InlinePool())  # type: ignore[arg-type]
+    speaker = Speaker(queue, EncoderSettings(), cache=cache, pool=InlinePool())  # type: ignore[arg-type]
     speaker.start()
     utterance = speaker.say(HOUR_OF_TEXT, synth)
     worst_read_ahead = 0

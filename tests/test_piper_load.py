@@ -19,7 +19,7 @@ import pytest
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import OpusFrameEncoder, silence_packet
+from gateway.media.opus_codec import EncoderSettings, silence_packet
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
 from gateway.speech import Speaker, UtteranceState
@@ -108,7 +108,7 @@ async def pipelines() -> AsyncIterator[list[tuple[PassthroughOpusTrack, Speaker]
     for _ in range(SESSIONS):
         queue = FrameQueue(50)
         track = PassthroughOpusTrack(queue, FrameStore(), silence_packet(), shared_ticker())
-        speaker = Speaker(queue, OpusFrameEncoder())
+        speaker = Speaker(queue, EncoderSettings())
         speaker.start()
         made.append((track, speaker))
         tasks.append(asyncio.create_task(pump(track)))

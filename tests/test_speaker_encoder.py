@@ -1,0 +1,51 @@
+"""The Opus encoder exists only while a session synthesizes (memory per idle session)."""
+
+import asyncio
+import itertools
+
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.frame_store import FrameStore
+from gateway.media.opus_codec import EncoderSettings
+from gateway.phrase_cache import PhraseCache
+from gateway.speech import Speaker, UtteranceState
+from gateway.tts.tone import ToneSynthesizer
+
+
+class InlinePool:
+    async def run(self, fn, *args):
+        return fn(*args)
+
+
+async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> None:
+    """The send side: pop every frame into the store until the utterance is done."""
+    while not utterance.finished.is_set():
+        frame = queue.pop()
+        if frame is None:
+            await asyncio.sleep(0)  # one loop turn for the producer task, not a timed wait
+            continue
+        seq = next(seqs)
+        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame)
+
+
+async def test_encoder_made_for_synthesis_dropped_when_idle_unused_for_cache_hits():
+    queue, store, seqs = FrameQueue(50), FrameStore(), itertools.count()
+    cache = PhraseCache(8 * 1024 * 1024)
+    speaker = Speaker(queue, EncoderSettings(), cache=cache, pool=InlinePool())
+    speaker.start()
+    tone = ToneSynthesizer(seconds=0.5)
+    try:
+        await speaker.idle.wait()
+        assert not speaker.has_encoder and speaker.encoders_created == 0
+        first = speaker.say("hello", tone)
+        await play_out(queue, store, first, seqs)
+        await speaker.idle.wait()
+        assert first.state is UtteranceState.DONE and not first.cached
+        assert speaker.encoders_created == 1 and not speaker.has_encoder  # dropped when idle
+        again = speaker.say("hello", tone)  # a phrase cache hit: replayed, nothing encoded
+        await play_out(queue, store, again, seqs)
+        await speaker.idle.wait()
+        assert again.state is UtteranceState.DONE and again.cached
+        assert again.frames_sent == first.frames_sent == 25
+        assert speaker.encoders_created == 1 and not speaker.has_encoder
+    finally:
+        await speaker.close()
