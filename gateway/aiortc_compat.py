@@ -26,6 +26,8 @@ Touched:
   batch send path builds, protects and sends RTP itself and keeps aiortc's SR counters right.
 - ``aiortc.rtcrtpsender.random_sequence_number`` (TEST ONLY, ``fixed_start_sequence``): start a
   stream just below the 65535 -> 0 wrap.
+- ``RTCDtlsTransport._ssl`` / ``_role`` / ``_data_receiver``: ``release_dtls`` swaps the pyOpenSSL
+  connection of an established DTLS 1.2 client for a small stand-in (≈100 KB per session).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import aioice.ice
 import aiortc.rtcrtpsender
 from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
+from OpenSSL import SSL
 
 _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
 _SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
@@ -60,7 +63,7 @@ def check_internals() -> list[str]:
     for name in ("_handle_rtp_packet",):
         if not callable(getattr(RTCRtpReceiver, name, None)):
             problems.append(f"RTCRtpReceiver.{name}")
-    for name in ("_handle_rtcp_data", "_send_rtp"):
+    for name in ("_handle_rtcp_data", "_send_rtp", "_recv_next", "_write_ssl"):
         if not callable(getattr(RTCDtlsTransport, name, None)):
             problems.append(f"RTCDtlsTransport.{name}")
     for name in ("data_received", "sendto"):
@@ -384,3 +387,87 @@ def first_sequence_number() -> int:
     """A stream's random first RTP sequence number, drawn the way aiortc's sender draws it (so
     ``fixed_start_sequence`` steers the batch send path too)."""
     return int(aiortc.rtcrtpsender.random_sequence_number())
+
+
+# --- DTLS: release the handshake's OpenSSL state ---------------------------------------------
+
+
+class _ReleasedDtls:
+    """Stands in for ``RTCDtlsTransport._ssl`` once an audio-only DTLS 1.2 client is established.
+
+    What aiortc still asks of the connection then: read incoming DTLS records (an alert --
+    content type 21, close_notify or fatal -- is the peer closing; anything else, such as a
+    repeated handshake record, is dropped: there are no data channels), and on ``stop`` write a
+    close_notify, which was produced by the real connection at release time (its record sequence
+    number is still the next one: nothing else is sent over DTLS after the handshake).
+    """
+
+    __slots__ = ("_close_notify", "_peer_closed", "_shut")
+
+    def __init__(self, close_notify: bytes) -> None:
+        self._close_notify = close_notify
+        self._peer_closed = False
+        self._shut = False
+
+    def bio_write(self, data: bytes) -> int:
+        if data[:1] == b"\x15":
+            self._peer_closed = True
+        return len(data)
+
+    def recv(self, bufsiz: int) -> bytes:
+        if self._peer_closed:
+            raise SSL.ZeroReturnError
+        raise SSL.WantReadError
+
+    def bio_read(self, bufsiz: int) -> bytes:
+        if self._shut and self._close_notify:
+            data, self._close_notify = self._close_notify, b""
+            return data
+        raise SSL.WantReadError
+
+    def shutdown(self) -> bool:
+        self._shut = True
+        return True
+
+    def send(self, buf: bytes, flags: int = 0) -> int:
+        raise SSL.Error("DTLS state released: no application data on this transport")
+
+    def DTLSv1_get_timeout(self) -> None:
+        return None
+
+    def DTLSv1_handle_timeout(self) -> bool:
+        return False
+
+
+def release_dtls(transport: RTCDtlsTransport) -> bool:
+    """Free the DTLS connection's OpenSSL state (handshake buffers, record layers, the two 16 KB
+    record buffers, its SSL_CTX: ≈100 KB) once the SRTP keys are derived, keeping what aiortc
+    still needs (``_ReleasedDtls``). Only where nothing can need the real connection again:
+    DTLS 1.2, client role (the peer sent the last flight: nothing of ours to retransmit), no
+    data channel, handshake complete. Returns whether it released."""
+    for attr in ("_ssl", "_role", "_data_receiver"):
+        _require(transport, attr)
+    ssl = transport._ssl
+    if (
+        ssl is None
+        or isinstance(ssl, _ReleasedDtls)
+        or transport.state != "connected"
+        or transport._role != "client"
+        or transport._data_receiver is not None
+    ):
+        return False
+    try:
+        if ssl.get_protocol_version_name() != "DTLSv1.2" or ssl.DTLSv1_get_timeout() is not None:
+            return False
+        ssl.shutdown()
+        close_notify = ssl.bio_read(1500)
+    except SSL.Error:
+        return False
+    if close_notify[:1] != b"\x15":
+        return False
+    transport._ssl = _ReleasedDtls(close_notify)  # type: ignore[assignment]
+    return True
+
+
+def dtls_released(transport: RTCDtlsTransport) -> bool:
+    return isinstance(getattr(transport, "_ssl", None), _ReleasedDtls)

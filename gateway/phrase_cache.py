@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import sys
 import unicodedata
 from array import array
 from collections import OrderedDict
@@ -58,33 +59,49 @@ class PhraseKey:
 
 
 class CachedPhrase:
-    """One utterance's Opus packets, in order, stored as one blob and a length table."""
+    """One utterance's Opus packets, in order, kept as the packets' own ``bytes`` objects.
 
-    __slots__ = ("blob", "lengths")
+    A replay hands out these very objects (no copy per frame per replay): hundreds of sessions
+    replaying a phrase share one copy of it in their queues and frame stores. ``blob`` and
+    ``lengths`` are the on-disk form (``phrase_store``).
+    """
+
+    __slots__ = ("frames",)
+
+    PER_FRAME_OVERHEAD = sys.getsizeof(b"") + 8  # a bytes object's header and its tuple slot
 
     def __init__(self, blob: bytes, lengths: array[int]) -> None:
         if sum(lengths) != len(blob):
             raise ValueError("frame lengths do not add up to the blob")
-        self.blob = blob
-        self.lengths = lengths
+        view, offset, frames = memoryview(blob), 0, []
+        for n in lengths:
+            frames.append(bytes(view[offset : offset + n]))
+            offset += n
+        self.frames: tuple[bytes, ...] = tuple(frames)
 
     @classmethod
     def from_payloads(cls, payloads: list[bytes]) -> CachedPhrase:
-        return cls(b"".join(payloads), array("H", (len(p) for p in payloads)))
+        phrase = cls.__new__(cls)
+        phrase.frames = tuple(payloads)
+        return phrase
+
+    @property
+    def blob(self) -> bytes:
+        return b"".join(self.frames)
+
+    @property
+    def lengths(self) -> array[int]:
+        return array("H", (len(p) for p in self.frames))
 
     def __len__(self) -> int:
-        return len(self.lengths)
+        return len(self.frames)
 
     @property
     def nbytes(self) -> int:
-        return len(self.blob) + self.lengths.itemsize * len(self.lengths)
+        return sum(len(p) for p in self.frames) + self.PER_FRAME_OVERHEAD * len(self.frames)
 
     def payloads(self) -> Iterator[bytes]:
-        offset = 0
-        blob = memoryview(self.blob)
-        for n in self.lengths:
-            yield bytes(blob[offset : offset + n])
-            offset += n
+        return iter(self.frames)
 
 
 class PhraseRecorder:

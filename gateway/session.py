@@ -8,7 +8,6 @@ its own session only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
@@ -51,6 +50,7 @@ class SessionOptions:
     test_drop_first_tx_percent: float = 0.0  # TEST ONLY: lose this share of first transmissions
     test_drop_seed: int | None = None
     send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
+    release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
 
 
 class Session:
@@ -66,6 +66,7 @@ class Session:
         self.options = options
         self.created_at = time.monotonic()
         self.connected_at: float | None = None
+        self.connected = asyncio.Event()
         self.closed = asyncio.Event()
         self.close_reason: str | None = None
         self.queue = FrameQueue(options.queue_frames)
@@ -89,7 +90,8 @@ class Session:
         self.offer: OfferSummary | None = None
         self._on_closed = on_closed
         self._closing: asyncio.Task[None] | None = None
-        self._watchdog: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self.dtls_released = False
 
     @classmethod
     async def create(
@@ -152,13 +154,20 @@ class Session:
             state = self.pc.connectionState
             if state == "connected" and self.connected_at is None:
                 self.connected_at = time.monotonic()
+                if self._watchdog is not None:
+                    self._watchdog.cancel()
+                if self.options.release_dtls:
+                    transport = self._transceiver.sender.transport
+                    self.dtls_released = aiortc_compat.release_dtls(transport)
+                self.connected.set()
             elif state in ("failed", "closed"):
                 self.close_soon(f"peer connection {state}")
 
-        self._watchdog = asyncio.create_task(self._reap_if_never_connected(), name="watchdog")
+        self._watchdog = asyncio.get_running_loop().call_later(
+            self.options.connect_timeout_s, self._reap_if_never_connected
+        )
 
-    async def _reap_if_never_connected(self) -> None:
-        await asyncio.sleep(self.options.connect_timeout_s)
+    def _reap_if_never_connected(self) -> None:
         if self.connected_at is None:
             self.close_soon("never connected")
 
@@ -173,11 +182,8 @@ class Session:
         self.close_reason = reason
         log.info("session %s closing: %s", self.id, reason)
         try:
-            current = asyncio.current_task()
-            if self._watchdog is not None and self._watchdog is not current:
+            if self._watchdog is not None:
                 self._watchdog.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await self._watchdog
             await self.speaker.close()
             if self.batch is not None:
                 self.batch.stop()
@@ -200,6 +206,7 @@ class Session:
         return {
             "id": self.id,
             "connection_state": self.pc.connectionState,
+            "dtls_released": self.dtls_released,
             "ice_connection_state": self.pc.iceConnectionState,
             "age_s": round(time.monotonic() - self.created_at, 3),
             "connect_ms": (

@@ -183,3 +183,17 @@ def test_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert cache.stats()["disk"]["write_errors"] == 1
     assert cache.get(key(cache, "doomed")) is not None  # memory still serves it
     cache.close()
+
+
+def test_replays_hand_out_the_cached_packets_themselves():
+    from array import array
+
+    from gateway.phrase_cache import CachedPhrase
+
+    packets = [bytes([i]) * (20 + i) for i in range(30)]
+    phrase = CachedPhrase.from_payloads(packets)
+    first, second = list(phrase.payloads()), list(phrase.payloads())
+    assert first == packets and all(a is b for a, b in zip(first, second, strict=True))
+    loaded = CachedPhrase(phrase.blob, phrase.lengths)  # the on-disk form round-trips
+    assert list(loaded.payloads()) == packets and phrase.lengths == array("H", range(20, 50))
+    assert phrase.nbytes >= sum(map(len, packets))
