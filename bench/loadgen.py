@@ -394,6 +394,10 @@ async def measure_window(
         "seconds": round(t1 - t0, 3),
         "server_cpu_pct": round(procstats.cpu_percent(srv0, srv1), 1),
         "server_cpu_us_per_packet": round(cpu_s * 1e6 / sent, 1) if sent else None,
+        # the kernel's share of that (loopback: a send also runs the receiver's UDP input)
+        "server_sys_us_per_packet": (
+            round((srv1.sys_s - srv0.sys_s) * 1e6 / sent, 1) if sent else None
+        ),
         "server_rss_kb": procstats.rss_kb(server_pid),
         "server_threads": procstats.threads(server_pid),
         "loadgen_cpu_pct": round(procstats.cpu_percent(gen0, gen1), 1),
@@ -415,12 +419,24 @@ async def wait_speaking(sessions: list[LoadSession], min_packets: int, timeout: 
     return time.monotonic() - started
 
 
+def _stats(values: list[float]) -> dict[str, Any]:
+    return {"n": len(values), "median": _pct(values, 50), "p90": _pct(values, 90),
+            "max": max(values) if values else None}
+
+
 async def probe_overhead(sessions: list[LoadSession], text: str) -> dict[str, Any]:
-    """Gateway only: a fresh utterance (barge-in) on a few sessions under the full load: the
-    server's own first-PCM -> first-RTP overhead and request -> first RTP, as it reports them."""
-    started = await bounded(sessions, lambda s: s.speak(text, interrupt=True), 20)
+    """Gateway only: a fresh utterance (barge-in) on a few sessions under the full load, each
+    with its own text so that it misses the phrase cache and is synthesized and encoded: the
+    server's own first-PCM -> first-RTP overhead as it reports it, split into processing (first
+    PCM -> first Opus frame queued) and the wait for the stream's next 20 ms slot."""
+    started = await bounded(
+        list(enumerate(sessions)),
+        lambda pair: pair[1].speak(f"{text} (overhead probe {pair[0]})", interrupt=True), 20,
+    )
     await asyncio.sleep(1.0)
-    values: list[float] = []
+    total: list[float] = []
+    processing: list[float] = []
+    slot_wait: list[float] = []
     first_sent: list[float] = []
     cached: list[bool] = []
 
@@ -431,9 +447,15 @@ async def probe_overhead(sessions: list[LoadSession], text: str) -> dict[str, An
         async with session.http.get(session.base_url + reply["location"]) as response:
             state = await response.json(content_type=None)
         if state.get("server_overhead_ms") is not None:
-            values.append(float(state["server_overhead_ms"]))
-        if (state.get("latency_ms") or {}).get("first_sent") is not None:
-            first_sent.append(float(state["latency_ms"]["first_sent"]))
+            total.append(float(state["server_overhead_ms"]))
+        latency = state.get("latency_ms") or {}
+        pcm, queued, sent = (latency.get(k) for k in ("first_pcm", "first_frame_queued",
+                                                       "first_sent"))
+        if None not in (pcm, queued, sent):
+            processing.append(float(queued) - float(pcm))
+            slot_wait.append(float(sent) - float(queued))
+        if sent is not None:
+            first_sent.append(float(sent))
         if "cached" in state:
             cached.append(bool(state["cached"]))
 
@@ -441,16 +463,13 @@ async def probe_overhead(sessions: list[LoadSession], text: str) -> dict[str, An
     return {
         "probes": len(sessions),
         "served_from_phrase_cache": sum(cached) if cached else None,
-        # first PCM chunk -> first RTP packet (the server's own overhead; none for cache hits)
-        "first_pcm_to_first_rtp": {
-            "n": len(values), "median": _pct(values, 50), "p90": _pct(values, 90),
-            "max": max(values) if values else None,
-        },
+        # first PCM chunk -> first RTP packet (the server's own overhead)
+        "first_pcm_to_first_rtp": _stats(total),
+        # ... of which: first PCM -> first encoded frame queued, and queued -> sent (slot wait)
+        "first_pcm_to_first_frame_queued": _stats(processing),
+        "frame_queued_to_sent": _stats(slot_wait),
         # speech request received -> first RTP packet of the new utterance
-        "request_to_first_rtp": {
-            "n": len(first_sent), "median": _pct(first_sent, 50), "p90": _pct(first_sent, 90),
-            "max": max(first_sent) if first_sent else None,
-        },
+        "request_to_first_rtp": _stats(first_sent),
     }
 
 

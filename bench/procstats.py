@@ -13,6 +13,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 class CpuSample:
     at: float  # time.monotonic()
     cpu_s: float  # user + system seconds of every thread of the process so far
+    sys_s: float = 0.0  # of which in the kernel (system calls: here mostly UDP sends)
 
 
 def cpu_sample(pid: int) -> CpuSample:
@@ -21,7 +22,7 @@ def cpu_sample(pid: int) -> CpuSample:
     # The command name (field 2) may hold spaces: split after its closing parenthesis.
     fields = raw[raw.rindex(b")") + 2 :].split()
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return CpuSample(time.monotonic(), (utime + stime) / CLOCK_TICKS)
+    return CpuSample(time.monotonic(), (utime + stime) / CLOCK_TICKS, stime / CLOCK_TICKS)
 
 
 def cpu_percent(start: CpuSample, end: CpuSample) -> float:

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import aioice.ice
+import aiortc.rtcdtlstransport
 import aiortc.rtcrtpsender
 from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
@@ -71,6 +72,8 @@ def check_internals() -> list[str]:
             problems.append(f"aioice.Connection.{name}")
     if not callable(getattr(aioice.ice, "get_host_addresses", None)):
         problems.append("aioice.ice.get_host_addresses")
+    if not hasattr(getattr(aiortc.rtcdtlstransport, "State", None), "CONNECTED"):
+        problems.append("aiortc.rtcdtlstransport.State.CONNECTED")
     if not isinstance(getattr(aioice.ice, "StunProtocol", None), type):
         problems.append("aioice.ice.StunProtocol")
     problems.extend(_receiver_rtcp_problems())
@@ -373,9 +376,12 @@ def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | 
     sendto = udp.sendto
     is_closing = udp.is_closing
     addr = pair.remote_addr
+    _require(transport, "_state")
+    connected = aiortc.rtcdtlstransport.State.CONNECTED
 
     def send(data: bytes) -> bool:
-        if transport.state != "connected" or is_closing():
+        # the enum, not the ``state`` property (which lower-cases the enum's name per call)
+        if transport._state is not connected or is_closing():
             return False
         sendto(protect(data), addr)
         return True
