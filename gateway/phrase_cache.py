@@ -20,7 +20,6 @@ import sys
 import unicodedata
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,9 +98,6 @@ class CachedPhrase:
     @property
     def nbytes(self) -> int:
         return sum(len(p) for p in self.frames) + self.PER_FRAME_OVERHEAD * len(self.frames)
-
-    def payloads(self) -> Iterator[bytes]:
-        return iter(self.frames)
 
 
 class PhraseRecorder:

@@ -136,8 +136,7 @@ class Speaker:
     ) -> None:
         self.frames = frames
         self.settings = settings
-        self._encoder: OpusFrameEncoder | None = None
-        self.encoders_created = 0
+        self.encoders_created = 0  # one per synthesized utterance (replays need none)
         self.pool: WorkerPool = pool or encoder_pool()
         self.cache = cache if cache is not None and cache.enabled else None
         # Fully encoded utterances still playing out: stored in the cache once DONE.
@@ -254,23 +253,6 @@ class Speaker:
             if utterance.total_frames is None:  # cancelled before synthesis ended
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
-            if not self._pending:
-                self._encoder = None  # idle: give its memory back (a batch may still hold it)
-
-    @property
-    def encoder(self) -> OpusFrameEncoder:
-        """The session's Opus encoder, made when synthesis needs one and dropped when the
-        speaker goes idle: ≈40 KB of libopus state per session otherwise, and phrase-cache
-        replays and silence never use it (73 µs to make one here)."""
-        if self._encoder is None:
-            self._encoder = OpusFrameEncoder(self.settings)
-            self.encoders_created += 1
-        return self._encoder
-
-    @property
-    def has_encoder(self) -> bool:
-        return self._encoder is not None
-
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
         utterance.state = UtteranceState.SYNTHESIZING
         key: PhraseKey | None = None
@@ -282,6 +264,11 @@ class Speaker:
                 await self._replay(utterance, phrase)
                 return
             recorder = self.cache.recorder()
+        # A fresh encoder per synthesized utterance: no session holds libopus state (≈43 KB)
+        # while idle or replaying, and a barge-in never waits for the lock of an encoder a
+        # cancelled batch may still be using on a worker thread (73 µs to make one here).
+        encoder = OpusFrameEncoder(self.settings)
+        self.encoders_created += 1
         aligner = SampleAligner()
         framer = Framer(FRAME_SAMPLES)
         resampler: Resampler | None = None
@@ -294,14 +281,15 @@ class Speaker:
                     if resampler is None or resampler.in_rate != chunk.sample_rate:
                         resampler = Resampler(chunk.sample_rate)
                     samples = resampler.push(aligner.push(chunk.data))
-                    index = await self._emit(utterance, framer.push(samples), index, recorder)
+                    frames = framer.push(samples)
+                    index = await self._emit(utterance, encoder, frames, index, recorder)
         except SynthesisError as exc:
             log.warning("utterance %s: %s", utterance.id, exc)
             self._finish(utterance, UtteranceState.FAILED, str(exc))
             return
         tail = resampler.flush() if resampler is not None else None
         frames = framer.push(tail) if tail is not None and tail.size else []
-        index = await self._emit(utterance, frames + framer.flush(), index, recorder)
+        index = await self._emit(utterance, encoder, frames + framer.flush(), index, recorder)
         if key is not None and recorder is not None:
             self._recordings[utterance] = (key, recorder)
         self._all_queued(utterance, index)
@@ -309,11 +297,12 @@ class Speaker:
     async def _replay(self, utterance: Utterance, phrase: CachedPhrase) -> None:
         """A phrase cache hit: its packets go straight to the queue, still paced by it."""
         utterance.cached = True
-        index = 0
-        for payload in phrase.payloads():
-            await self._put(utterance, payload, index)
-            index += 1
-        self._all_queued(utterance, index)
+        frames = phrase.frames
+        if frames:
+            await self.frames.extend(frames[:1], utterance)
+            utterance.first_frame_queued_at = time.monotonic()
+            await self.frames.extend(frames[1:], utterance, first_index=1)
+        self._all_queued(utterance, len(frames))
 
     def _all_queued(self, utterance: Utterance, count: int) -> None:
         utterance.total_frames = count
@@ -323,23 +312,29 @@ class Speaker:
     async def _emit(
         self,
         utterance: Utterance,
+        encoder: OpusFrameEncoder,
         pcm_frames: list[bytes],
         index: int,
         recorder: PhraseRecorder | None,
     ) -> int:
-        """Encode frames off the event loop, in batches, and queue them; returns the next index.
+        """Encode frames and queue them; returns the next index.
 
         A 24 kHz hybrid Opus frame costs ≈0.3 ms of CPU at complexity 9: on the loop thread that
-        would delay every stream's pacing. The first frame of an utterance is encoded alone (it
-        decides first-audio latency); later ones in batches of up to ENCODE_BATCH, one thread hop
-        per batch. The encoder is this session's own and batches are sequential, so it is never
-        used from two threads at once.
+        would delay every stream's pacing, so frames are encoded on the encoder pool in batches
+        of up to ENCODE_BATCH, one thread hop per batch -- all but the first frame of an
+        utterance, which decides first-audio latency: it is encoded right here (0.3 ms of loop
+        time once per utterance; a hop to a niced worker under load took 8-26 ms, bench/load.py
+        overhead probes). The encoder is this utterance's own and batches are sequential, so it
+        is never used from two threads at once.
         """
         done = 0
         while done < len(pcm_frames):
-            size = 1 if utterance.frames_encoded == 0 else ENCODE_BATCH
-            batch = pcm_frames[done : done + size]
-            payloads = await self.pool.run(self.encoder.encode_many, batch)
+            if utterance.frames_encoded == 0:
+                batch = pcm_frames[done : done + 1]
+                payloads = encoder.encode_many(batch)
+            else:
+                batch = pcm_frames[done : done + ENCODE_BATCH]
+                payloads = await self.pool.run(encoder.encode_many, batch)
             done += len(batch)
             for payload in payloads:
                 utterance.frames_encoded += 1

@@ -1,4 +1,4 @@
-"""The Opus encoder exists only while a session synthesizes (memory per idle session)."""
+"""An Opus encoder exists only while an utterance is synthesized (memory per idle session)."""
 
 import asyncio
 import itertools
@@ -27,7 +27,7 @@ async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> Non
         store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame)
 
 
-async def test_encoder_made_for_synthesis_dropped_when_idle_unused_for_cache_hits():
+async def test_one_encoder_per_synthesized_utterance_none_for_cache_hits():
     queue, store, seqs = FrameQueue(50), FrameStore(), itertools.count()
     cache = PhraseCache(8 * 1024 * 1024)
     speaker = Speaker(queue, EncoderSettings(), cache=cache, pool=InlinePool())
@@ -35,17 +35,17 @@ async def test_encoder_made_for_synthesis_dropped_when_idle_unused_for_cache_hit
     tone = ToneSynthesizer(seconds=0.5)
     try:
         await speaker.idle.wait()
-        assert not speaker.has_encoder and speaker.encoders_created == 0
+        assert speaker.encoders_created == 0
         first = speaker.say("hello", tone)
         await play_out(queue, store, first, seqs)
         await speaker.idle.wait()
         assert first.state is UtteranceState.DONE and not first.cached
-        assert speaker.encoders_created == 1 and not speaker.has_encoder  # dropped when idle
+        assert speaker.encoders_created == 1
         again = speaker.say("hello", tone)  # a phrase cache hit: replayed, nothing encoded
         await play_out(queue, store, again, seqs)
         await speaker.idle.wait()
         assert again.state is UtteranceState.DONE and again.cached
         assert again.frames_sent == first.frames_sent == 25
-        assert speaker.encoders_created == 1 and not speaker.has_encoder
+        assert speaker.encoders_created == 1
     finally:
         await speaker.close()

@@ -17,7 +17,9 @@ object per utterance.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
+from collections.abc import Sequence
 
 from gateway.media.frames import EncodedFrame, FrameOwner
 
@@ -53,6 +55,26 @@ class FrameQueue:
         self._indexes.append(frame.index)
         if len(self._payloads) > self.high_water:
             self.high_water = len(self._payloads)
+
+    async def extend(
+        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int = 0
+    ) -> None:
+        """Append consecutive frames of one owner (indexes from ``first_index``), as many at a
+        time as there is room for: a phrase-cache replay costs a few deque extends, not a
+        coroutine call and an object per frame."""
+        done = 0
+        while done < len(payloads):
+            while len(self._payloads) >= self.maxsize:
+                self._space.clear()
+                self.producer_waits += 1
+                await self._space.wait()
+            room = min(self.maxsize - len(self._payloads), len(payloads) - done)
+            self._payloads.extend(payloads[done : done + room])
+            self._owners.extend(itertools.repeat(owner, room))
+            self._indexes.extend(range(first_index + done, first_index + done + room))
+            done += room
+            if len(self._payloads) > self.high_water:
+                self.high_water = len(self._payloads)
 
     def pop(self) -> EncodedFrame | None:
         """The next frame, or None when empty (the consumer never waits on the producer)."""

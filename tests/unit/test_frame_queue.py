@@ -76,3 +76,18 @@ async def test_queued_frames_are_not_gc_tracked_objects():
     assert frame.owner is owner and frame.index == 0 and len(q) == 499
     dropped = q.clear()
     assert [f.index for f in dropped] == list(range(1, 500)) and len(q) == 0
+
+
+async def test_extend_queues_a_run_of_frames_as_room_allows():
+    q = FrameQueue(maxsize=4, low_water=1)
+    owner = object()
+    producer = asyncio.create_task(q.extend([bytes([i]) for i in range(10)], owner, 5))
+    await asyncio.sleep(0)
+    assert len(q) == 4 and not producer.done()  # filled to the bound, then waits
+    popped = [q.pop() for _ in range(3)]  # down to low water: room again
+    await asyncio.sleep(0)
+    assert [f.index for f in popped] == [5, 6, 7] and all(f.owner is owner for f in popped)
+    while not producer.done():
+        q.pop()
+        await asyncio.sleep(0)
+    assert q.high_water == 4 and q.producer_waits >= 2

@@ -50,7 +50,7 @@ def test_hit_returns_the_same_payloads_and_counts():
     assert cache.get(key(cache, "a")) is None
     assert cache.put(key(cache, "a"), original)
     got = cache.get(key(cache, "a"))
-    assert got is not None and list(got.payloads()) == list(original.payloads())
+    assert got is not None and list(got.frames) == list(original.frames)
     stats = cache.stats()
     assert (stats["hits"], stats["misses"], stats["stores"], stats["entries"]) == (1, 1, 1, 1)
     assert stats["bytes"] >= original.nbytes and stats["hit_ratio"] == 0.5
@@ -87,7 +87,7 @@ def test_entries_over_the_per_entry_cap_are_not_stored():
     small.add(b"ab")
     small.add(b"c")
     result = small.result()
-    assert result is not None and list(result.payloads()) == [b"ab", b"c"]
+    assert result is not None and list(result.frames) == [b"ab", b"c"]
 
 
 def test_zero_megabytes_disables():
@@ -101,7 +101,7 @@ def test_file_format_round_trip():
     k = PhraseKey(settings_tag(S), "joe", "Hello, 世界")
     p = phrase(7)
     k2, p2 = decode_entry(encode_entry(k, p))
-    assert k2 == k and list(p2.payloads()) == list(p.payloads())
+    assert k2 == k and list(p2.frames) == list(p.frames)
 
 
 def test_persistence_survives_a_restart(tmp_path: Path):
@@ -113,7 +113,7 @@ def test_persistence_survives_a_restart(tmp_path: Path):
     assert len(files) == 3 and all(f.suffix == SUFFIX for f in files)
     again = PhraseCache(1 << 20, tmp_path, settings=S)
     got = again.get(key(again, "phrase 1"))
-    assert got is not None and list(got.payloads()) == list(phrase(10, seed=1).payloads())
+    assert got is not None and list(got.frames) == list(phrase(10, seed=1).frames)
     assert again.stats()["disk"]["loaded"] == 3 and len(again) == 3
     again.close()
 
@@ -192,8 +192,8 @@ def test_replays_hand_out_the_cached_packets_themselves():
 
     packets = [bytes([i]) * (20 + i) for i in range(30)]
     phrase = CachedPhrase.from_payloads(packets)
-    first, second = list(phrase.payloads()), list(phrase.payloads())
-    assert first == packets and all(a is b for a, b in zip(first, second, strict=True))
+    assert list(phrase.frames) == packets
+    assert all(a is b for a, b in zip(phrase.frames, packets, strict=True))  # no copies
     loaded = CachedPhrase(phrase.blob, phrase.lengths)  # the on-disk form round-trips
-    assert list(loaded.payloads()) == packets and phrase.lengths == array("H", range(20, 50))
+    assert list(loaded.frames) == packets and phrase.lengths == array("H", range(20, 50))
     assert phrase.nbytes >= sum(map(len, packets))
