@@ -66,7 +66,7 @@ class Utterance:
     finished: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
 
-    def on_frame_sent(self, frame: EncodedFrame, seq: int, timestamp: int, at: float) -> None:
+    def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None:
         if self.first_sent_at is None:
             self.first_sent_at = at
             self.first_seq = seq

@@ -24,7 +24,7 @@ async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> Non
             await asyncio.sleep(0)  # one loop turn for the producer task, not a timed wait
             continue
         seq = next(seqs)
-        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame)
+        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame.owner, frame.index)
 
 
 async def test_one_encoder_per_synthesized_utterance_none_for_cache_hits():

@@ -33,7 +33,7 @@ from gateway.media.opus_codec import FRAME_MS, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
 from gateway.media.ticker import Ticker
-from gateway.media.track import TrackStats, take_slot
+from gateway.media.track import TrackStats
 
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
@@ -123,22 +123,35 @@ class BatchStream:
     def _on_tick(self) -> None:
         if not self._running:
             return
-        ntp = ntp_now()  # once per tick: every packet of this tick carries the same send time
+        pacer = self.pacer
+        now = pacer.now()  # one clock reading and one send time for all of this tick's work
+        ntp = ntp_now()
         ast = abs_send_time(ntp)
+        ast_bytes = ast.to_bytes(3, "big")
         sent = 0
-        while self.pacer.time_to_next() <= 0.0005 and sent < MAX_CATCH_UP:
-            self._send_one(ntp, ast)
+        while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
+            self._send_one(now, ntp, ast, ast_bytes)
             sent += 1
         if self._running:
             self._schedule()
 
-    def _send_one(self, ntp: int, ast: int) -> None:
-        frame, slot, payload = take_slot(self.queue, self.pacer, self.stats, self._silence)
+    def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
+        # take_slot(), inlined: this runs for every packet of every stream
+        fields = self.queue.pop_fields()
+        slot = self.pacer.release(now)
+        stats = self.stats
+        stats.frames_sent += 1
+        if fields is None:
+            stats.silence_frames += 1
+            payload, owner, index = self._silence, None, 0
+        else:
+            stats.speech_frames += 1
+            payload, owner, index = fields
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF
-        data = self._header.build(seq, timestamp, ast.to_bytes(3, "big"), payload)
-        self.store.record_sent(seq, timestamp, payload, frame, ast)
+        data = self._header.build(seq, timestamp, ast_bytes, payload)
+        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now)
         sender = self._sender
         assert sender is not None
         aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))

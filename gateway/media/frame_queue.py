@@ -86,6 +86,16 @@ class FrameQueue:
             self._space.set()
         return frame
 
+    def pop_fields(self) -> tuple[bytes, FrameOwner | None, int] | None:
+        """``pop`` without building an ``EncodedFrame``: (payload, owner, index) or None."""
+        payloads = self._payloads
+        if not payloads:
+            return None
+        fields = (payloads.popleft(), self._owners.popleft(), self._indexes.popleft())
+        if len(payloads) <= self.low_water and not self._space.is_set():
+            self._space.set()
+        return fields
+
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
         fields = zip(self._payloads, self._owners, self._indexes, strict=True)

@@ -70,37 +70,39 @@ class FrameStore:
     def record(self, packet: Any) -> None:
         """Keep a packet aiortc is about to send; attributes it to ``next_frame``."""
         frame, self.next_frame = self.next_frame, None
-        self._keep(int(packet.sequence_number), int(packet.timestamp), packet, 0, frame)
+        owner, index = (None, 0) if frame is None else (frame.owner, frame.index)
+        self.record_sent(
+            int(packet.sequence_number), int(packet.timestamp), packet, owner, index, 0
+        )
 
     def record_sent(
         self,
         seq: int,
         timestamp: int,
-        payload: bytes,
-        frame: EncodedFrame | None,
+        packet: Any,
+        owner: FrameOwner | None,
+        index: int = 0,
         abs_send_time: int = 0,
+        at: float | None = None,
     ) -> None:
-        """Keep a packet the batch path sent: its payload and abs-send-time; the header comes
-        from ``header`` (which must be set)."""
-        self._keep(seq, timestamp, payload, abs_send_time, frame)
-
-    def _keep(
-        self, seq: int, timestamp: int, packet: Any, ast: int, frame: EncodedFrame | None
-    ) -> None:
+        """Keep a packet sent as ``seq`` for frame ``index`` of ``owner`` (None: keep-alive
+        silence) and tell the owner. The batch path passes the payload and the abs-send-time
+        it carried (the header comes from ``header``, which must be set) and its clock
+        reading ``at``."""
         i = seq & (RING - 1)
-        at = self._clock()
+        if at is None:
+            at = self._clock()
         self._seqs[i] = seq
         self._timestamps[i] = timestamp
-        self._abs_send_times[i] = ast
+        self._abs_send_times[i] = abs_send_time
         self._sent_at[i] = at
         self._packets[i] = packet
+        self._owners[i] = owner
         self._newest = seq
         self.recorded += 1
-        owner = None if frame is None else frame.owner
-        self._owners[i] = owner
         if owner is not None:
-            self._indexes[i] = frame.index  # type: ignore[union-attr]
-            owner.on_frame_sent(frame, seq, timestamp, at)  # type: ignore[arg-type]
+            self._indexes[i] = index
+            owner.on_frame_sent(index, seq, timestamp, at)
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""

@@ -9,7 +9,7 @@ from typing import Protocol
 class FrameOwner(Protocol):
     """Told when its frames reach RTP (an utterance, in practice)."""
 
-    def on_frame_sent(self, frame: EncodedFrame, seq: int, timestamp: int, at: float) -> None: ...
+    def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None: ...
 
 
 @dataclass(slots=True)

@@ -62,9 +62,10 @@ class PacingClock:
             self._origin = self._align(now) if self._align is not None else now
         return self._origin + (self._slot if slot is None else slot) * self.period
 
-    def time_to_next(self) -> float:
-        """Seconds until the next slot is due (negative when overdue)."""
-        return self.deadline() - self._clock()
+    def time_to_next(self, now: float | None = None) -> float:
+        """Seconds until the next slot is due (negative when overdue); ``now``: a clock reading
+        the caller already has."""
+        return self.deadline() - (self._clock() if now is None else now)
 
     async def wait_due(self) -> None:
         """Sleep until the next slot is due (returns at once when it already is)."""
@@ -77,10 +78,10 @@ class PacingClock:
         await self.wait_due()
         return self.release()
 
-    def release(self) -> int:
+    def release(self, now: float | None = None) -> int:
         """Account for releasing the next slot now (on time, early or late); return its index."""
         due = self.deadline()
-        lateness = self._clock() - due
+        lateness = (self._clock() if now is None else now) - due
         slot = self._slot
         self._slot += 1
         self.stats.slots += 1

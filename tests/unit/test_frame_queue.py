@@ -59,7 +59,7 @@ async def test_queued_frames_are_not_gc_tracked_objects():
     import gc
 
     class Owner:
-        def on_frame_sent(self, frame, seq, timestamp, at):
+        def on_frame_sent(self, index, seq, timestamp, at):
             pass
 
     owner = Owner()

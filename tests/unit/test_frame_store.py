@@ -17,8 +17,8 @@ class Owner:
     def __init__(self):
         self.sent = []
 
-    def on_frame_sent(self, frame, seq, timestamp, at):
-        self.sent.append((frame.index, seq, timestamp))
+    def on_frame_sent(self, index, seq, timestamp, at):
+        self.sent.append((index, seq, timestamp))
 
 
 def fill(store: FrameStore, start: int, count: int) -> None:
@@ -90,7 +90,7 @@ def test_batch_path_packets_are_rebuilt_byte_identical():
         seq, ts, ast = (65400 + i) & 0xFFFF, i * 960, (i * 7919) & 0xFFFFFF
         payload = bytes([i & 0xFF]) * (1 + i % 90)
         sent[seq] = store.header.build(seq, ts, ast.to_bytes(3, "big"), payload)
-        store.record_sent(seq, ts, payload, None, ast)
+        store.record_sent(seq, ts, payload, None, abs_send_time=ast)
     newest = (65400 + 299) & 0xFFFF
     for seq in ((newest - k) & 0xFFFF for k in range(250)):
         entry = store.lookup(seq)
@@ -104,12 +104,12 @@ def test_recording_allocates_no_tracked_objects():
 
     store = batch_store()
     silence = b"\xf8\xff\xfe"
-    store.record_sent(0, 0, silence, None, 0)
+    store.record_sent(0, 0, silence, None)
     gc.disable()
     try:
         before = len(gc.get_objects())
         for seq in range(1, 1000):
-            store.record_sent(seq, seq * 960, silence, None, seq)
+            store.record_sent(seq, seq * 960, silence, None, abs_send_time=seq)
         assert len(gc.get_objects()) - before <= 2  # no object per packet
     finally:
         gc.enable()
