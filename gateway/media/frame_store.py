@@ -55,13 +55,14 @@ class FrameStore:
             raise ValueError(f"capacity must be 1..{RING}")
         self.capacity = capacity
         self._clock = clock
-        self._seqs = array("l", [-1]) * RING  # -1: empty slot
-        self._timestamps = array("L", [0]) * RING
-        self._abs_send_times = array("L", [0]) * RING
+        # 4-byte slots: seq 16 bits (-1: empty), timestamp 32, abs-send-time 24, index 32
+        self._seqs = array("i", [-1]) * RING
+        self._timestamps = array("I", [0]) * RING
+        self._abs_send_times = array("I", [0]) * RING
         self._sent_at = array("d", [0.0]) * RING
         self._packets: list[Any] = [None] * RING  # payload bytes (header set) or RtpPacket
         self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
-        self._indexes = array("l", [0]) * RING
+        self._indexes = array("I", [0]) * RING
         self.header: RtpHeaderTemplate | None = None  # the batch path's template
         self._newest: int | None = None
         self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
