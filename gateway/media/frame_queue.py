@@ -25,6 +25,9 @@ from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
+    __slots__ = ("_indexes", "_owners", "_payloads", "_space", "high_water", "low_water",
+                 "maxsize", "producer_waits")
+
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
             raise ValueError("maxsize must be positive")

@@ -48,6 +48,10 @@ class StoredPacket:
 
 
 class FrameStore:
+    __slots__ = ("_abs_send_times", "_clock", "_indexes", "_newest", "_owners", "_packets",
+                 "_sent_at", "_seqs", "_timestamps", "capacity", "header", "next_frame",
+                 "recorded")
+
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
     ) -> None:

@@ -25,6 +25,9 @@ class PacerStats:
 class PacingClock:
     """The absolute 20 ms schedule of one stream."""
 
+    __slots__ = ("_align", "_clock", "_origin", "_sleep", "_slot", "max_lateness", "period",
+                 "stats")
+
     def __init__(
         self,
         period: float = 0.020,
