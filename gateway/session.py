@@ -147,8 +147,7 @@ class Session:
         self.batch.start(self._transceiver.sender, self._payload_type)
 
     def _start(self) -> None:
-        self.speaker.start()
-
+        # (the speaker's task starts with the first utterance: idle sessions hold no task)
         @self.pc.on("connectionstatechange")
         def on_state() -> None:
             state = self.pc.connectionState

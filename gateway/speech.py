@@ -157,6 +157,7 @@ class Speaker:
             self._task = asyncio.create_task(self._run(), name="speaker")
 
     def say(self, text: str, voice: Synthesizer, interrupt: bool = False) -> Utterance:
+        self.start()  # the producer task exists once there is something to say
         if interrupt:
             self.interrupt()
         if len(self._pending) >= self.max_pending:
