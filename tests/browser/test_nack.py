@@ -69,6 +69,7 @@ async def measure(start_gateway, page, answer_nack: bool) -> dict:
         "packets_sent": b_state["packets_sent"] - a_state["packets_sent"],
         "gateway": counters,
         "jitter_buffer_ms": b["jitterBufferMs"],
+        "dtls_released": b_state.get("dtls_released"),
     }
 
 
@@ -89,6 +90,9 @@ async def test_nack_recovers_loss_that_is_concealed_without_it(start_gateway, br
     assert with_nack["gateway"]["hits"] > 0, with_nack
     assert with_nack["packets_lost"] == 0, with_nack
     assert with_nack["concealed_pct"] < 1.0, with_nack
+    # ... with the gateway's OpenSSL DTLS state released after the handshake with Chromium
+    # (retransmissions only need the SRTP session).
+    assert with_nack["dtls_released"] is True, with_nack
 
     # NACK off: no requests (nackCount is not even reported), and the gaps are concealed
     assert without["nack_count"] is None, without
