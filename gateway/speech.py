@@ -65,6 +65,10 @@ class Utterance:
     first_timestamp: int | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
+    chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
+
+    def __post_init__(self) -> None:
+        self.chars = len(self.text)
 
     def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None:
         if self.first_sent_at is None:
@@ -83,6 +87,7 @@ class Utterance:
             return
         self.state = state
         self.error = error
+        self.text = ""  # see ``chars``
         self.finished_at = time.monotonic()
         self.finished.set()
         if self.on_finish is not None:
@@ -97,7 +102,7 @@ class Utterance:
             "voice": self.voice,
             "state": self.state.value,
             "error": self.error,
-            "chars": len(self.text),
+            "chars": self.chars,
             "frames_encoded": self.frames_encoded,
             "cached": self.cached,
             "frames_sent": self.frames_sent,
@@ -251,6 +256,9 @@ class Speaker:
             finally:
                 self._current = None
                 self._current_task = None
+                # Fully queued (or cut): the text is not needed again, and up to ``history``
+                # finished utterances stay listed per session.
+                utterance.text = ""
             if utterance.total_frames is None:  # cancelled before synthesis ended
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.

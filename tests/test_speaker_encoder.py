@@ -40,6 +40,7 @@ async def test_one_encoder_per_synthesized_utterance_none_for_cache_hits():
         await play_out(queue, store, first, seqs)
         await speaker.idle.wait()
         assert first.state is UtteranceState.DONE and not first.cached
+        assert first.text == "" and first.as_json()["chars"] == 5  # history keeps no text
         assert speaker.encoders_created == 1
         again = speaker.say("hello", tone)  # a phrase cache hit: replayed, nothing encoded
         await play_out(queue, store, again, seqs)
