@@ -132,7 +132,12 @@ class WorkerPool:
             future.cancel()
 
 
-ENCODER_NICE = 5  # below the event loop, above synthesis read-ahead
+# Not niced. A niced thread that holds the GIL when the kernel preempts it keeps the event loop
+# waiting until it runs again (priority inversion): with the encoder pool at nice 5, a fresh
+# utterance's first packet went out 24-41 ms (median) after its frame was queued under 250-500
+# streams, against 16 ms at nice 0 (bench/load.py overhead probes; 0-20 ms is the slot wait).
+# Encoding is small and bounded (0.3 ms a frame, 50 frames/s per speaking session).
+ENCODER_NICE = 0
 _ENCODER_POOL: WorkerPool | None = None
 _ENCODER_LOCK = threading.Lock()
 
