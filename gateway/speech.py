@@ -332,7 +332,7 @@ class Speaker:
         would delay every stream's pacing, so frames are encoded on the encoder pool in batches
         of up to ENCODE_BATCH, one thread hop per batch -- all but the first frame of an
         utterance, which decides first-audio latency: it is encoded right here (0.3 ms of loop
-        time once per utterance; a hop to a niced worker under load took 8-26 ms, bench/load.py
+        time once per utterance; a hop to a worker thread under load took 8-26 ms, bench/load.py
         overhead probes). The encoder is this utterance's own and batches are sequential, so it
         is never used from two threads at once.
         """
