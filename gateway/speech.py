@@ -63,12 +63,22 @@ class Utterance:
     first_seq: int | None = None
     last_seq: int | None = None
     first_timestamp: int | None = None
-    finished: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
+    _finished: asyncio.Event | None = field(default=None, repr=False)
     chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
 
     def __post_init__(self) -> None:
         self.chars = len(self.text)
+
+    @property
+    def finished(self) -> asyncio.Event:
+        """Set once the utterance is in a final state. Made on first use: an Event costs
+        ≈0.75 KB and a session lists up to ``history`` utterances nobody waits on."""
+        if self._finished is None:
+            self._finished = asyncio.Event()
+            if self.state in FINAL_STATES:
+                self._finished.set()
+        return self._finished
 
     def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None:
         if self.first_sent_at is None:
@@ -89,7 +99,8 @@ class Utterance:
         self.error = error
         self.text = ""  # see ``chars``
         self.finished_at = time.monotonic()
-        self.finished.set()
+        if self._finished is not None:
+            self._finished.set()
         if self.on_finish is not None:
             self.on_finish(self)
 
