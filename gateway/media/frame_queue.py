@@ -49,15 +49,7 @@ class FrameQueue:
 
     async def put(self, frame: EncodedFrame) -> None:
         """Append, waiting while the queue is full (until it drains to ``low_water``)."""
-        while len(self._payloads) >= self.maxsize:
-            self._space.clear()
-            self.producer_waits += 1
-            await self._space.wait()
-        self._payloads.append(frame.payload)
-        self._owners.append(frame.owner)
-        self._indexes.append(frame.index)
-        if len(self._payloads) > self.high_water:
-            self.high_water = len(self._payloads)
+        await self.extend((frame.payload,), frame.owner, frame.index)
 
     async def extend(
         self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int = 0
@@ -81,13 +73,8 @@ class FrameQueue:
 
     def pop(self) -> EncodedFrame | None:
         """The next frame, or None when empty (the consumer never waits on the producer)."""
-        payloads = self._payloads
-        if not payloads:
-            return None
-        frame = EncodedFrame(payloads.popleft(), self._owners.popleft(), self._indexes.popleft())
-        if len(payloads) <= self.low_water and not self._space.is_set():
-            self._space.set()
-        return frame
+        fields = self.pop_fields()
+        return None if fields is None else EncodedFrame(*fields)
 
     def pop_fields(self) -> tuple[bytes, FrameOwner | None, int] | None:
         """``pop`` without building an ``EncodedFrame``: (payload, owner, index) or None."""
