@@ -23,8 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiortc.rtp import RtpPacket
-
 from gateway.media.frames import EncodedFrame, FrameOwner
 from gateway.media.rtp_header import RtpHeaderTemplate
 
@@ -37,14 +35,9 @@ class StoredPacket:
     seq: int
     timestamp: int
     packet: Any  # resent unchanged: serialized RTP (batch path) or aiortc's RtpPacket
+    payload: bytes  # the Opus packet it carries
     frame: EncodedFrame | None
     sent_at: float
-
-    @property
-    def payload(self) -> bytes:
-        if isinstance(self.packet, bytes):
-            return RtpPacket.parse(self.packet).payload
-        return bytes(self.packet.payload)
 
 
 class FrameStore:
@@ -129,7 +122,7 @@ class FrameStore:
             payload = bytes(getattr(packet, "payload", b""))
         owner = self._owners[i]
         frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
-        return StoredPacket(seq, timestamp, packet, frame, self._sent_at[i])
+        return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i])
 
     @property
     def newest_seq(self) -> int | None:

@@ -154,7 +154,7 @@ class Retransmitter:
         payload = concealment_payload(newest.payload[:1] or b"\x68")
         template = newest.packet
         if isinstance(template, bytes):  # the batch path stores serialized packets
-            return rtp_header.rewrite(template, seq, timestamp, payload)
+            return rtp_header.rewrite(template, len(newest.payload), seq, timestamp, payload)
         packet = RtpPacket(
             payload_type=template.payload_type,
             sequence_number=seq,

@@ -21,7 +21,6 @@ from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
 NTP_EPOCH_OFFSET = 2_208_988_800  # seconds from 1900-01-01 (NTP) to 1970-01-01 (Unix)
 _SEQ_TS = struct.Struct("!HI")
-_SEQ = struct.Struct("!H")
 
 
 def ntp_now(now: Callable[[], float] = time.time) -> int:
@@ -87,14 +86,10 @@ class RtpHeaderTemplate:
         return b"".join((*parts, payload))
 
 
-def rewrite(data: bytes, seq: int, timestamp: int, payload: bytes) -> bytes:
-    """A copy of serialized RTP packet ``data`` (no padding) with another sequence number,
-    timestamp and payload; every other header field and extension kept."""
-    header_size = len(data) - len(RtpPacket.parse(data).payload)
-    header = bytearray(data[:header_size])
+def rewrite(packet: bytes, payload_size: int, seq: int, timestamp: int, payload: bytes) -> bytes:
+    """A copy of serialized RTP ``packet`` (no padding, its payload ``payload_size`` bytes) with
+    another sequence number, timestamp and payload; every other header field and extension
+    kept."""
+    header = bytearray(packet[: len(packet) - payload_size])
     _SEQ_TS.pack_into(header, 2, seq, timestamp)
     return bytes(header) + payload
-
-
-def sequence_number(data: bytes) -> int:
-    return int(_SEQ.unpack_from(data, 2)[0])

@@ -10,7 +10,6 @@ from gateway.media.rtp_header import (
     abs_send_time,
     ntp_now,
     rewrite,
-    sequence_number,
 )
 
 MID = "urn:ietf:params:rtp-hdrext:sdes:mid"
@@ -57,7 +56,6 @@ def test_packets_are_byte_identical_to_aiortcs(extensions, mid):
         payload = rng.randbytes(rng.randrange(1, 200))
         ours = template.build(seq, ts, ast.to_bytes(3, "big"), payload)
         assert ours == aiortc_bytes(m, 111, ssrc, mid, seq, ts, ast, payload)
-        assert sequence_number(ours) == seq
     assert template.has_abs_send_time == any(uri == AST for uri, _ in extensions)
 
 
@@ -73,7 +71,7 @@ def test_parsed_back_by_aiortc():
 def test_rewrite_keeps_the_header_and_swaps_seq_timestamp_payload():
     m = extension_map((MID, 1), (AST, 3))
     original = aiortc_bytes(m, 111, 42, "0", 100, 96_000, 0xABCDEF, b"speech frame")
-    copy = rewrite(original, 90, 86_400, b"\x68")
+    copy = rewrite(original, len(b"speech frame"), 90, 86_400, b"\x68")
     assert copy == aiortc_bytes(m, 111, 42, "0", 90, 86_400, 0xABCDEF, b"\x68")
 
 
