@@ -33,7 +33,7 @@ from gateway.media.opus_codec import FRAME_MS, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
 from gateway.media.ticker import Ticker
-from gateway.media.track import TrackStats
+from gateway.media.track import TrackStats, take_slot
 
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
@@ -144,17 +144,9 @@ class BatchStream:
             self._schedule()
 
     def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
-        # take_slot(), inlined: this runs for every packet of every stream
-        fields = self.queue.pop_fields()
-        slot = self.pacer.release(now)
-        stats = self.stats
-        stats.frames_sent += 1
-        if fields is None:
-            stats.silence_frames += 1
-            payload, owner, index = self._silence, None, 0
-        else:
-            stats.speech_frames += 1
-            payload, owner, index = fields
+        payload, owner, index, slot = take_slot(
+            self.queue, self.pacer, self.stats, self._silence, now
+        )
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF

@@ -26,7 +26,7 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.frames import EncodedFrame
+from gateway.media.frames import EncodedFrame, FrameOwner
 from gateway.media.opus_codec import FRAME_MS, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
 from gateway.media.ticker import Ticker
@@ -42,18 +42,24 @@ class TrackStats:
 
 
 def take_slot(
-    queue: FrameQueue, pacer: PacingClock, stats: TrackStats, silence: bytes
-) -> tuple[EncodedFrame | None, int, bytes]:
-    """Release the next slot: the queued frame for it (None: keep-alive silence), the slot's
-    index and the payload to send. Shared by both send paths."""
-    frame = queue.pop()
-    slot = pacer.release()
+    queue: FrameQueue,
+    pacer: PacingClock,
+    stats: TrackStats,
+    silence: bytes,
+    now: float | None = None,
+) -> tuple[bytes, FrameOwner | None, int, int]:
+    """Release the next slot (at clock reading ``now``, if the caller has one): the payload to
+    send, the owner and index of the queued frame it carries (None, 0: keep-alive silence) and
+    the slot's index. Shared by both send paths; builds no object."""
+    fields = queue.pop_fields()
+    slot = pacer.release(now)
     stats.frames_sent += 1
-    if frame is None:
+    if fields is None:
         stats.silence_frames += 1
-        return None, slot, silence
+        return silence, None, 0, slot
     stats.speech_frames += 1
-    return frame, slot, frame.payload
+    payload, owner, index = fields
+    return payload, owner, index, slot
 
 
 class PassthroughOpusTrack(MediaStreamTrack):
@@ -95,9 +101,9 @@ class PassthroughOpusTrack(MediaStreamTrack):
         await self._wait_slot()
         if self.readyState != "live":
             raise MediaStreamError
-        frame, slot, payload = take_slot(self.queue, self.pacer, self.stats, self._silence)
+        payload, owner, index, slot = take_slot(self.queue, self.pacer, self.stats, self._silence)
         # aiortc packs this packet and records it in the store synchronously after we return.
-        self.store.next_frame = frame
+        self.store.next_frame = None if owner is None else EncodedFrame(payload, owner, index)
         packet = av.Packet(payload)
         packet.pts = slot * RTP_TICKS_PER_FRAME
         packet.time_base = TIME_BASE
