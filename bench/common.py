@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def wait_healthy(
+    url: str, proc: subprocess.Popen[Any], output: Callable[[], str], timeout: float
+) -> None:
+    """Until ``GET url/healthz`` answers 200; raises, with ``output()``, if ``proc`` exits
+    first or ``timeout`` s pass (``output`` is read only then)."""
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as http:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited ({proc.returncode}): {output()}")
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(f"{url}/healthz") as r:
+                    if r.status == 200:
+                        return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"server did not start: {output()}")
+            await asyncio.sleep(0.1)  # polling a process we do not control: no event exists
+
+
 @contextlib.asynccontextmanager
 async def gateway_process(
     voices: Sequence[str], extra: Sequence[str] = (), cpu: int | None = None
@@ -45,19 +64,10 @@ async def gateway_process(
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        async with aiohttp.ClientSession() as http:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None:
-                    output = proc.stdout.read() if proc.stdout else ""
-                    raise RuntimeError(f"gateway exited: {output}")
-                with contextlib.suppress(aiohttp.ClientError):
-                    async with http.get(f"{url}/healthz") as r:
-                        if r.status == 200:
-                            break
-                if time.monotonic() > deadline:
-                    raise TimeoutError("gateway did not start")
-                await asyncio.sleep(0.1)  # polling a process we do not control: no event exists
+        def output() -> str:  # the pipe is read only once the process has ended
+            return proc.stdout.read() if proc.poll() is not None and proc.stdout else ""
+
+        await wait_healthy(url, proc, output, 60)
         yield url
     finally:
         proc.terminate()

@@ -45,7 +45,7 @@ import aiohttp
 import numpy as np
 
 from bench import procstats
-from bench.common import RESULTS, free_port, machine
+from bench.common import RESULTS, free_port, machine, wait_healthy
 from bench.loadgen import LONG_TEXT, LoadSession
 from gateway import aiortc_compat
 from gateway.tts.tone import write_wav_mono
@@ -119,7 +119,7 @@ async def warm_phrase_cache(
     )
     state: dict[str, Any] = {}
     try:
-        await wait_healthy(url, server, log, 60)
+        await wait_healthy(url, server, lambda: tail(log), 60)
         aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
         timeout = aiohttp.ClientTimeout(total=args.phrase_s + 90)
         async with aiohttp.ClientSession(timeout=timeout) as http:
@@ -154,21 +154,6 @@ def pinned(cmd: list[str], cpu: int | None) -> list[str]:
     if cpu is None or cpu < 0 or shutil.which("taskset") is None:
         return cmd
     return ["taskset", "-c", str(cpu), *cmd]
-
-
-async def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    async with aiohttp.ClientSession() as http:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited ({proc.returncode}): {tail(log)}")
-            with contextlib.suppress(aiohttp.ClientError):
-                async with http.get(f"{url}/healthz") as r:
-                    if r.status == 200:
-                        return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"server did not start: {tail(log)}")
-            await asyncio.sleep(0.1)  # polling a process we do not control: no event exists
 
 
 def tail(path: Path, chars: int = 1500) -> str:
@@ -217,7 +202,7 @@ async def run_rung(
         pinned(server_command(kind, port, n, wav, gateway_extra), args.server_cpu), log
     )
     try:
-        await wait_healthy(url, server, log, 60)
+        await wait_healthy(url, server, lambda: tail(log), 60)
         await asyncio.sleep(0.5)
         rung["idle_rss_kb"] = procstats.rss_kb(server.pid)
         cmd = [
