@@ -15,6 +15,7 @@ from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.cosyvoice_grpc import CosyVoiceGrpc, wav_to_pcm16k
 from gateway.tts.cosyvoice_pb import cosyvoice_pb2 as pb
 from gateway.tts.cosyvoice_spec import CosyVoiceConfig, build_cosyvoice
+from tests.cosyvoice_faults import expect_fault
 
 TEXT = "CosyVoice over gRPC, 你好。"
 VOICE = {
@@ -157,18 +158,7 @@ async def test_faults_raise_and_end_the_rpc(standin, fault, message):
     standin.faults = fault
     standin.config.chunk_bytes = 1001
     synth = backend(standin, first_chunk_timeout=0.3)
-    got = bytearray()
-    with pytest.raises(SynthesisError, match=message) as info:
-        async for chunk in synth.stream(TEXT):
-            got += chunk.data
-    assert "'cv-sft'" in str(info.value) and standin.grpc_target in str(info.value)
-    rec = standin.requests[0]
-    await asyncio.wait_for(rec.finished.wait(), 5)
-    await asyncio.wait_for(rec.closed.wait(), 5)
-    assert rec.fault == fault and rec.outcome == "fault"
-    assert bytes(got) == bytes(rec.sent)
-    assert (len(got) > 0) == (fault == "cut_mid_stream")
-    await synth.close()
+    await expect_fault(standin, synth, TEXT, fault, message, standin.grpc_target)
 
 
 async def test_connection_refused():

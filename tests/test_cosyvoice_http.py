@@ -18,6 +18,7 @@ from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.cosyvoice_http import CosyVoiceHttp, summarise_error_body
 from gateway.tts.cosyvoice_spec import CosyVoiceConfig, build_cosyvoice
+from tests.cosyvoice_faults import expect_fault
 
 TEXT = "你好, hello from the gateway."
 VOICE = {
@@ -211,18 +212,7 @@ async def test_faults_raise_and_close_upstream(standin, fault, message):
     standin.faults = fault
     standin.config.chunk_bytes = 1001
     synth = backend(standin, first_chunk_timeout=0.3)
-    got = bytearray()
-    with pytest.raises(SynthesisError, match=message) as info:
-        async for chunk in synth.stream(TEXT):
-            got += chunk.data
-    assert "'cv-sft'" in str(info.value) and standin.http_url in str(info.value)
-    rec = standin.requests[0]
-    await asyncio.wait_for(rec.closed.wait(), 5)
-    await asyncio.wait_for(rec.finished.wait(), 5)
-    assert rec.fault == fault and rec.outcome == "fault"
-    assert bytes(got) == bytes(rec.sent)  # error pages are never yielded as audio
-    assert (len(got) > 0) == (fault == "cut_mid_stream")
-    await synth.close()
+    await expect_fault(standin, synth, TEXT, fault, message, standin.http_url)
 
 
 async def test_faults_list_applies_once_each(standin):
