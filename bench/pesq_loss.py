@@ -42,11 +42,11 @@ from bench.audio_score import (
 from bench.common import gateway_process, write_results
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
-from gateway.client.receive_path import ReceivePath, ReceivePathConfig
-from gateway.client.receive_stats import TransitTracker
-from gateway.impairment import ImpairmentConfig
 from gateway.media.opus_codec import SAMPLE_RATE, EncoderSettings
-from gateway.seqnum import Unwrapper
+from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
+from gateway.receive.receive_stats import TransitTracker
+from gateway.rtp.seqnum import Unwrapper
+from gateway.testing.impairment import ImpairmentConfig
 from gateway.tts.tone import write_wav_mono
 
 RECEIVERS = ("aiortc", "plc", "fec", "nack")

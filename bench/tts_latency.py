@@ -32,7 +32,7 @@ from bench.common import free_port, gateway_process, pct, speak_series, write_re
 from bench.latency import SENTENCES
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
-from gateway.tts.cosyvoice_spec import build_cosyvoice
+from gateway.tts.registry import build_cosyvoice
 
 DELAYS_MS = (0, 150)
 TARGETS = {"piper_ms": 120.0, "cosyvoice_overhead_ms": 5.0, "cache_hit_ms": 25.0}

@@ -10,10 +10,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.api.app import create_app
+from gateway.api.routes import REGISTRY, STALL_WATCH
 from gateway.config import GatewayConfig, parse_config
-from gateway.http.app import create_app
-from gateway.http.routes import REGISTRY, STALL_WATCH
-from gateway.stall_watch import StallWatch
+from gateway.runtime.stall_watch import StallWatch
 from gateway.tts.registry import VoiceRegistry
 
 

@@ -10,11 +10,11 @@ import pytest
 from aiohttp import web
 
 from gateway import aiortc_compat
+from gateway.api.app import create_app
+from gateway.api.routes import REGISTRY
 from gateway.client.peer import GatewayClient
 from gateway.config import GatewayConfig
-from gateway.http.app import create_app
-from gateway.http.routes import REGISTRY
-from gateway.sessions import SessionRegistry
+from gateway.session.registry import SessionRegistry
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 

@@ -25,12 +25,12 @@ from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, silence_packet
 from gateway.media.pacer import PacingClock
 from gateway.media.track import PassthroughOpusTrack
-from gateway.phrase_cache import PhraseCache
-from gateway.speech import ENCODE_BATCH, Speaker, UtteranceState
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.speaker import ENCODE_BATCH, Speaker, UtteranceState
 from gateway.testing.cosyvoice_audio import synthetic_pcm
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, Synthesizer
-from gateway.tts.cosyvoice_spec import build_cosyvoice
+from gateway.tts.registry import build_cosyvoice
 
 QUEUE_FRAMES = 50
 HOUR_OF_TEXT = "".join(f"This is sentence number {i:05d}. " for i in range(2000))  # 60 min

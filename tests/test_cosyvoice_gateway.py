@@ -25,8 +25,7 @@ from gateway.media.opus_codec import (
 )
 from gateway.media.resample import Resampler
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
-from gateway.tts.cosyvoice_spec import build_cosyvoice
-from gateway.tts.registry import VoiceRegistry
+from gateway.tts.registry import VoiceRegistry, build_cosyvoice
 
 RATE = 24_000  # CosyVoice2/3's rate: the stand-in's chunks need no resampling
 TEXT = "CosyVoice speaking through the gateway."  # 39 chars -> 2.34 s of buzz

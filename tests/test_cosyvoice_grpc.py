@@ -14,7 +14,8 @@ from gateway.testing.cosyvoice_server import GRPC_PATH, CosyVoiceStandIn, StandI
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.cosyvoice_grpc import CosyVoiceGrpc, wav_to_pcm16k
 from gateway.tts.cosyvoice_pb import cosyvoice_pb2 as pb
-from gateway.tts.cosyvoice_spec import CosyVoiceConfig, build_cosyvoice
+from gateway.tts.cosyvoice_spec import CosyVoiceConfig
+from gateway.tts.registry import build_cosyvoice
 from tests.cosyvoice_faults import expect_fault
 
 TEXT = "CosyVoice over gRPC, 你好。"

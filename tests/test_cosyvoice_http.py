@@ -17,7 +17,8 @@ import pytest
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.cosyvoice_http import CosyVoiceHttp, summarise_error_body
-from gateway.tts.cosyvoice_spec import CosyVoiceConfig, build_cosyvoice
+from gateway.tts.cosyvoice_spec import CosyVoiceConfig
+from gateway.tts.registry import build_cosyvoice
 from tests.cosyvoice_faults import expect_fault
 
 TEXT = "你好, hello from the gateway."

@@ -10,7 +10,8 @@ import pytest
 from gateway.tts.base import Synthesizer
 from gateway.tts.cosyvoice_grpc import CosyVoiceGrpc
 from gateway.tts.cosyvoice_http import CosyVoiceHttp
-from gateway.tts.cosyvoice_spec import CosyVoiceConfig, build_cosyvoice, parse_cosyvoice_spec
+from gateway.tts.cosyvoice_spec import CosyVoiceConfig, parse_cosyvoice_spec
+from gateway.tts.registry import build_cosyvoice
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Loss recovery end to end: real peers on 127.0.0.1, an in-process gateway, our receive path.
 
-Impairment is in-process and seeded (``gateway.impairment``) on the datagrams the client
+Impairment is in-process and seeded (``gateway.testing.impairment``) on the datagrams the client
 receives (and, where said, sends). Nothing waits on a sleep: tests wait for playout periods,
 played sequence numbers, arrivals or the server's ``?wait=1``.
 """
@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 
 from gateway import aiortc_compat
-from gateway.client.frame_decoder import FrameKind
 from gateway.client.peer import GatewayClient
-from gateway.client.receive_path import ReceivePathConfig
-from gateway.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 from gateway.media.framer import Framer
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.rtcp_nack import build_nack_packet
-from gateway.seqnum import seq_add, seq_diff
+from gateway.receive.frame_decoder import FrameKind
+from gateway.receive.receive_path import ReceivePathConfig
+from gateway.rtp.rtcp_nack import build_nack_packet
+from gateway.rtp.seqnum import seq_add, seq_diff
+from gateway.testing.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 from tests.conftest import tone_voices
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gateway.api.routes import CACHE
 from gateway.client.peer import GatewayClient
 from gateway.config import parse_config
-from gateway.http.routes import CACHE
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer

@@ -22,7 +22,7 @@ from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import EncoderSettings, silence_packet
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
-from gateway.speech import Speaker, UtteranceState
+from gateway.speech.speaker import Speaker, UtteranceState
 
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")

@@ -10,7 +10,7 @@ from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.media.framer import Framer
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.rtcp_nack import build_nack_packet
+from gateway.rtp.rtcp_nack import build_nack_packet
 from tests.conftest import tone_voices
 
 

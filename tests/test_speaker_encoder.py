@@ -6,8 +6,8 @@ import itertools
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import EncoderSettings
-from gateway.phrase_cache import PhraseCache
-from gateway.speech import Speaker, UtteranceState
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.speaker import Speaker, UtteranceState
 from gateway.tts.tone import ToneSynthesizer
 
 

@@ -1,1 +1,4 @@
-"""The headless aiortc client: our own receive path, used by tests, benchmarks and users."""
+"""The headless aiortc client (CLI and peer): plays the gateway through ``gateway.receive``.
+
+Layer: top. May import anything below it.
+"""

@@ -18,11 +18,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from gateway import aiortc_compat, impairment
+from gateway import aiortc_compat
 from gateway.client.capture import decode, first_audible
 from gateway.client.peer import GatewayClient, GatewayError
-from gateway.client.receive_path import ReceivePathConfig
 from gateway.media.opus_codec import SAMPLE_RATE
+from gateway.receive.receive_path import ReceivePathConfig
+from gateway.testing import impairment
 from gateway.tts.tone import write_wav_mono
 
 _TAIL_PERIODS = 10  # played after the last frame, so the WAV ends in the silence after it

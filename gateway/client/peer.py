@@ -21,8 +21,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
 from gateway.client.capture import RtpCapture
-from gateway.client.receive_path import ReceivePath, ReceivePathConfig
-from gateway.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
+from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
+from gateway.testing.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 
 RtpListener = Callable[[Any, int], None]
 

@@ -29,9 +29,9 @@ from gateway import aiortc_compat
 from gateway.media import rtp_header
 from gateway.media.frame_store import FrameStore, StoredPacket
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
-from gateway.retransmit import NackDecision, NackOutcome, NackResponder, concealment_payload
-from gateway.rtcp_nack import MalformedRtcp, is_nack, iter_rtcp_packets, parse_nack_packet
-from gateway.seqnum import seq_diff
+from gateway.rtp.nack_responder import NackDecision, NackOutcome, NackResponder, concealment_payload
+from gateway.rtp.rtcp_nack import MalformedRtcp, is_nack, iter_rtcp_packets, parse_nack_packet
+from gateway.rtp.seqnum import seq_diff
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""CosyVoice voice specs: ``cosyvoice+http://...`` / ``cosyvoice+grpc://...`` -> a Synthesizer.
+"""CosyVoice voice specs: ``cosyvoice+http://...`` / ``cosyvoice+grpc://...`` -> a CosyVoiceConfig
+(``gateway.tts.registry.build_cosyvoice`` makes the Synthesizer from it).
 
 Grammar (query values percent-encoded; ``&`` inside a value must be ``%26``)::
 
@@ -20,11 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import Literal, get_args
 from urllib.parse import parse_qsl, urlsplit
-
-if TYPE_CHECKING:
-    from gateway.tts.base import Synthesizer
 
 Mode = Literal["sft", "zero_shot", "cross_lingual", "instruct", "instruct2"]
 Transport = Literal["http", "grpc"]
@@ -173,15 +171,3 @@ def parse_cosyvoice_spec(spec: str) -> CosyVoiceConfig:
         )
     except ValueError as exc:
         raise ValueError(f"{spec!r}: {exc}") from None
-
-
-def build_cosyvoice(spec: str, name: str) -> Synthesizer:
-    """A CosyVoice Synthesizer named ``name`` for ``spec`` (reads prompt_wav now, if any)."""
-    config = parse_cosyvoice_spec(spec)
-    if config.transport == "http":
-        from gateway.tts.cosyvoice_http import CosyVoiceHttp
-
-        return CosyVoiceHttp(config, name)
-    from gateway.tts.cosyvoice_grpc import CosyVoiceGrpc
-
-    return CosyVoiceGrpc(config, name)

@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.clauses import split_clauses
-from gateway.worker_pool import LATER, NOW, WorkerPool, default_workers
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from urllib.parse import parse_qs, urlsplit
 
 from gateway.tts.base import Synthesizer
+from gateway.tts.cosyvoice_spec import parse_cosyvoice_spec
 
 
 class UnknownVoice(KeyError):
@@ -57,12 +58,22 @@ def build_voice(spec: str) -> Synthesizer:
             raise ValueError(f"bad wav voice spec {spec!r}: give a path, wav:/path/file.wav")
         return WavFileSynthesizer(arg, name=name or "wav")
     if kind.startswith("cosyvoice+"):
-        from gateway.tts.cosyvoice_spec import build_cosyvoice
-
         return build_cosyvoice(body, name=name or urlsplit(body).hostname or "cosyvoice")
     raise ValueError(
         f"unknown voice spec {spec!r}: use piper, tone:HZ, wav:PATH or cosyvoice+http(s)/grpc://"
     )
+
+
+def build_cosyvoice(spec: str, name: str) -> Synthesizer:
+    """A CosyVoice Synthesizer named ``name`` for ``spec`` (reads prompt_wav now, if any)."""
+    config = parse_cosyvoice_spec(spec)
+    if config.transport == "http":
+        from gateway.tts.cosyvoice_http import CosyVoiceHttp
+
+        return CosyVoiceHttp(config, name)
+    from gateway.tts.cosyvoice_grpc import CosyVoiceGrpc
+
+    return CosyVoiceGrpc(config, name)
 
 
 class VoiceRegistry:

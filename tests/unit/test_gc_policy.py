@@ -1,7 +1,7 @@
 import gc
 import weakref
 
-from gateway.gc_policy import GcPolicy
+from gateway.runtime.gc_policy import GcPolicy
 
 
 class Node:

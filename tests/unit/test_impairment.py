@@ -3,7 +3,7 @@ import itertools
 
 import pytest
 
-from gateway.impairment import (
+from gateway.testing.impairment import (
     Impairment,
     ImpairmentConfig,
     from_args,

@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from gateway.client.jitter_buffer import InsertResult, JitterBuffer, PopKind
-from gateway.seqnum import seq_add, seq_diff
+from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, PopKind
+from gateway.rtp.seqnum import seq_add, seq_diff
 
 FRAME = 0.020
 

@@ -1,5 +1,5 @@
-from gateway.client.loss_tracker import LossTracker
-from gateway.seqnum import seq_add
+from gateway.receive.loss_tracker import LossTracker
+from gateway.rtp.seqnum import seq_add
 
 F = 0.020
 

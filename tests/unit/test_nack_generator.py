@@ -2,8 +2,8 @@ import random
 
 import pytest
 
-from gateway.client.nack_generator import NackGenerator
-from gateway.seqnum import seq_add
+from gateway.rtp.nack_generator import NackGenerator
+from gateway.rtp.seqnum import seq_add
 
 
 def feed(gen, seqs, t=0.0):

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from gateway.media.opus_codec import EncoderSettings
-from gateway.phrase_cache import (
+from gateway.speech.phrase_cache import (
     ENTRY_OVERHEAD,
     CachedPhrase,
     PhraseCache,
@@ -12,7 +12,7 @@ from gateway.phrase_cache import (
     normalize_text,
     settings_tag,
 )
-from gateway.phrase_store import SUFFIX, decode_entry, encode_entry
+from gateway.speech.phrase_store import SUFFIX, decode_entry, encode_entry
 
 S = EncoderSettings()
 
@@ -188,7 +188,7 @@ def test_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def test_replays_hand_out_the_cached_packets_themselves():
     from array import array
 
-    from gateway.phrase_cache import CachedPhrase
+    from gateway.speech.phrase_cache import CachedPhrase
 
     packets = [bytes([i]) * (20 + i) for i in range(30)]
     phrase = CachedPhrase.from_payloads(packets)

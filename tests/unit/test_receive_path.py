@@ -3,13 +3,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from gateway.client.frame_decoder import FrameDecoder, FrameKind, has_lbrr
-from gateway.client.jitter_buffer import PopKind, PopResult
-from gateway.client.receive_path import ReceivePath, ReceivePathConfig
-from gateway.client.receive_stats import DelayTracker, TransitTracker
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.rtcp_nack import parse_nack_packet
-from gateway.seqnum import seq_add
+from gateway.receive.frame_decoder import FrameDecoder, FrameKind, has_lbrr
+from gateway.receive.jitter_buffer import PopKind, PopResult
+from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
+from gateway.receive.receive_stats import DelayTracker, TransitTracker
+from gateway.rtp.rtcp_nack import parse_nack_packet
+from gateway.rtp.seqnum import seq_add
 
 FRAME = 0.020
 SSRC = 0x1234

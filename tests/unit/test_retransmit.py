@@ -5,13 +5,13 @@ import os
 import numpy as np
 import pytest
 
-from gateway.retransmit import (
+from gateway.rtp.nack_responder import (
     NackCounters,
     NackDecision,
     NackResponder,
     concealment_payload,
 )
-from gateway.rtcp_nack import build_nack_packet
+from gateway.rtp.rtcp_nack import build_nack_packet
 
 
 class DictStore:

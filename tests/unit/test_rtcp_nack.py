@@ -3,7 +3,7 @@ import struct
 
 import pytest
 
-from gateway.rtcp_nack import (
+from gateway.rtp.rtcp_nack import (
     MalformedRtcp,
     NackPacket,
     build_nack_fci,

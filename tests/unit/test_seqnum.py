@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from gateway.seqnum import Unwrapper, seq_add, seq_diff, seq_newer, serial_diff, ts_diff
+from gateway.rtp.seqnum import Unwrapper, seq_add, seq_diff, seq_newer, serial_diff, ts_diff
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from gateway.stall_watch import StallWatch
+from gateway.runtime.stall_watch import StallWatch
 
 
 def block_the_loop(seconds: float) -> None:

@@ -1,4 +1,4 @@
-from gateway.speech import Utterance, UtteranceState
+from gateway.speech.speaker import Utterance, UtteranceState
 
 
 async def test_finished_event_is_made_on_demand_and_reflects_the_final_state():

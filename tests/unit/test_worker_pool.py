@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.worker_pool import LATER, NOW, WorkerPool, default_workers
+from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
 
 
 def blocker(pool: WorkerPool) -> tuple[threading.Event, threading.Event]:

@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import aiortc_compat
+from gateway.api.errors import json_errors
+from gateway.api.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
 from gateway.config import GatewayConfig
-from gateway.http.errors import json_errors
-from gateway.http.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
-from gateway.phrase_cache import PhraseCache
-from gateway.sessions import SessionRegistry
+from gateway.session.registry import SessionRegistry
+from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts.registry import VoiceRegistry
 
 

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from gateway.seqnum import SEQ_MASK, SEQ_MOD, seq_diff
+from gateway.rtp.seqnum import SEQ_MASK, SEQ_MOD, seq_diff
 
 RTCP_VERSION = 2
 PT_RTPFB = 205

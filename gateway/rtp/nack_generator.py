@@ -2,7 +2,7 @@
 
 Feed it every received packet with :meth:`NackGenerator.on_packet` and call
 :meth:`NackGenerator.poll` periodically (each 20 ms frame is fine); ``poll`` returns the 16-bit
-sequence numbers to put into one generic NACK (``gateway.rtcp_nack.build_nack_packet``), oldest
+sequence numbers to put into one generic NACK (``gateway.rtp.rtcp_nack.build_nack_packet``), oldest
 first, or an empty list.
 
 A gap in the sequence numbers marks packets missing. Each is requested at most ``max_retries``
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gateway.seqnum import SEQ_MASK, Unwrapper
+from gateway.rtp.seqnum import SEQ_MASK, Unwrapper
 
 
 @dataclass

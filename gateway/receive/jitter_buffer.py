@@ -39,7 +39,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, replace
 
-from gateway.seqnum import SEQ_MASK, Unwrapper
+from gateway.rtp.seqnum import SEQ_MASK, Unwrapper
 
 
 class PopKind(enum.Enum):

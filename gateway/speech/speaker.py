@@ -23,9 +23,9 @@ from gateway.media.framer import Framer, SampleAligner
 from gateway.media.frames import EncodedFrame
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
 from gateway.media.resample import Resampler
-from gateway.phrase_cache import CachedPhrase, PhraseCache, PhraseKey, PhraseRecorder
+from gateway.runtime.worker_pool import WorkerPool, encoder_pool
+from gateway.speech.phrase_cache import CachedPhrase, PhraseCache, PhraseKey, PhraseRecorder
 from gateway.tts.base import SynthesisError, Synthesizer
-from gateway.worker_pool import WorkerPool, encoder_pool
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from gateway.phrase_cache import FORMAT_VERSION, CachedPhrase, PhraseKey
+from gateway.speech.phrase import FORMAT_VERSION, CachedPhrase, PhraseKey
 
 log = logging.getLogger(__name__)
 

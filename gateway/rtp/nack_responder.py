@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.rtcp_nack import MalformedRtcp, parse_nack_packet
-from gateway.seqnum import SEQ_MASK
+from gateway.rtp.rtcp_nack import MalformedRtcp, parse_nack_packet
+from gateway.rtp.seqnum import SEQ_MASK
 
 
 class PacketStore(Protocol):

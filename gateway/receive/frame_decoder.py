@@ -13,9 +13,9 @@ import enum
 
 import numpy as np
 
-from gateway.client.jitter_buffer import PopKind, PopResult
 from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder
 from gateway.media.opus_lib import opuslib
+from gateway.receive.jitter_buffer import PopKind, PopResult
 
 _CELT_ONLY_FIRST_CONFIG = 16  # RFC 6716 §3.1: configs 16..31 are CELT-only (no LBRR)
 _SILENCE = np.zeros(FRAME_SAMPLES, dtype=np.int16)

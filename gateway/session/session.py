@@ -26,9 +26,9 @@ from gateway.media.opus_codec import EncoderSettings, silence_packet
 from gateway.media.retransmission import Retransmitter
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
-from gateway.phrase_cache import PhraseCache
-from gateway.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
-from gateway.speech import Speaker, Utterance, UtteranceState
+from gateway.session.sdp_policy import OfferSummary, SdpRejected, answer_codec, inspect_offer
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.speaker import Speaker, Utterance, UtteranceState
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from aiohttp import web
 from aiortc import sdp as aiortc_sdp
 
 from gateway import __version__
-from gateway.http.errors import ApiError
-from gateway.phrase_cache import PhraseCache
-from gateway.sdp_policy import SdpRejected
-from gateway.session import Session
-from gateway.sessions import SessionLimitReached, SessionRegistry
-from gateway.speech import FINAL_STATES, SpeechQueueFull
-from gateway.stall_watch import StallWatch
+from gateway.api.errors import ApiError
+from gateway.runtime.stall_watch import StallWatch
+from gateway.session.registry import SessionLimitReached, SessionRegistry
+from gateway.session.sdp_policy import SdpRejected
+from gateway.session.session import Session
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.speaker import FINAL_STATES, SpeechQueueFull
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
 SDP = "application/sdp"

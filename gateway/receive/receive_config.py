@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.client.frame_decoder import FrameKind
 from gateway.media.opus_codec import FRAME_MS
+from gateway.receive.frame_decoder import FrameKind
 
 PERIOD_S = FRAME_MS / 1000
 

@@ -6,7 +6,7 @@ Raw RTP from the receiver tap (``on_rtp``) feeds a :class:`NackGenerator` and an
 (FEC from the next packet's LBRR when a frame is lost, else libopus PLC) into a decoded PCM
 buffer of at most ``pcm_buffer_frames`` frames and plays one frame from it, which is recorded:
 that recording is what a listener heard. A second task sends NACKs as standard RTCP generic
-NACKs (``gateway.rtcp_nack``, wrap-safe) through ``send_rtcp``: the generator's (gaps seen on
+NACKs (``gateway.rtp.rtcp_nack``, wrap-safe) through ``send_rtcp``: the generator's (gaps seen on
 arrival, with retries) and, each period, packets overdue by ``overdue_margin_s`` (or 3x the
 jitter) before any later one arrived (``LossTracker``), so a burst of losses is asked for
 packet by packet rather than after it ends.
@@ -37,15 +37,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.client.frame_decoder import FrameDecoder, FrameKind
-from gateway.client.jitter_buffer import InsertResult, JitterBuffer, PopKind
-from gateway.client.loss_tracker import LossTracker
-from gateway.client.nack_generator import NackGenerator
-from gateway.client.receive_config import PERIOD_S, PlayedPeriod, ReceivePathConfig
-from gateway.client.receive_stats import DelayTracker, ReceiveStats, TransitTracker
 from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE
-from gateway.rtcp_nack import build_nack_packet
-from gateway.seqnum import SEQ_MASK, Unwrapper, seq_diff
+from gateway.receive.frame_decoder import FrameDecoder, FrameKind
+from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, PopKind
+from gateway.receive.loss_tracker import LossTracker
+from gateway.receive.receive_config import PERIOD_S, PlayedPeriod, ReceivePathConfig
+from gateway.receive.receive_stats import DelayTracker, ReceiveStats, TransitTracker
+from gateway.rtp.nack_generator import NackGenerator
+from gateway.rtp.rtcp_nack import build_nack_packet
+from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 
 log = logging.getLogger(__name__)
 

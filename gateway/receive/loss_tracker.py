@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.seqnum import SEQ_MASK, Unwrapper, seq_diff
+from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 
 FRAME_S = 0.020
 _RESTART_FRAMES = 250

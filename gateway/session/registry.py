@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
 
-from gateway.gc_policy import GcPolicy
-from gateway.phrase_cache import PhraseCache
-from gateway.session import Session, SessionOptions
+from gateway.runtime.gc_policy import GcPolicy
+from gateway.session.session import Session, SessionOptions
+from gateway.speech.phrase_cache import PhraseCache
 
 
 class SessionLimitReached(Exception):

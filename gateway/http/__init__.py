@@ -1,1 +1,0 @@
-"""The aiohttp signalling and control API (WHEP-style)."""
