@@ -5,9 +5,10 @@ touches; ``check_internals`` verifies they all still exist and tests/test_aiortc
 loudly when an aiortc upgrade moves one. No other module of the gateway reaches into aiortc.
 
 Touched:
-- ``aiortc.rtcrtpsender.RTP_HISTORY_SIZE`` and ``RTCRtpSender.__rtp_history``: the sender's
-  retransmission history is replaced by our FrameStore (5 s instead of 128 packets), keyed by the
-  full 16-bit sequence number.
+- ``RTCRtpSender.__rtp_history``: the sender's retransmission history is replaced by ours
+  (``media.track.SenderHistory``, recording into the 5 s frame store by each packet's own
+  sequence number). aiortc's module-wide ``RTP_HISTORY_SIZE`` is left alone, so any other aiortc
+  sender in the process (an in-process client's microphone) keeps aiortc's own history.
 - ``RTCRtpTransceiver._codecs``: the negotiated codec list, where the answer's Opus fmtp and
   rtcp-fb lines come from (aiortc intersects feedback with the offer and drops ``nack``).
 - ``aioice.ice.get_host_addresses``: restrict host candidates to configured addresses (aioice
@@ -51,7 +52,6 @@ _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
 _SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
 _ORIGINAL_SEND_RTP = "_gateway_original_send_rtp"
 _RECEIVER_JITTER_BUFFER = "_RTCRtpReceiver__jitter_buffer"
-_FULL_SEQUENCE_SPACE = 65536
 
 _original_get_host_addresses = aioice.ice.get_host_addresses
 
@@ -97,14 +97,13 @@ def _require(obj: object, attr: str) -> None:
 
 
 def install_sender_history(sender: RTCRtpSender, history: Any) -> None:
-    """Make ``history`` (``__setitem__(seq, packet)`` / ``get(seq)``) the sender's RTP history.
+    """Make ``history`` (``__setitem__(key, packet)`` / ``get(key)``) this sender's RTP history.
 
     aiortc stores ``history[seq % RTP_HISTORY_SIZE] = packet`` before sending each packet and
-    reads ``history.get(seq % RTP_HISTORY_SIZE)`` on a NACK; with the size set to the full
-    sequence space the key is the sequence number itself.
+    reads ``history.get(seq % RTP_HISTORY_SIZE)`` on a NACK; ``history`` must key by the packet's
+    own ``sequence_number``, not by the truncated key (the size stays aiortc's, process-wide).
     """
     _require(sender, _SENDER_HISTORY)
-    aiortc.rtcrtpsender.RTP_HISTORY_SIZE = _FULL_SEQUENCE_SPACE
     setattr(sender, _SENDER_HISTORY, history)
 
 
@@ -217,19 +216,10 @@ def _raw_send_rtp(transport: RTCDtlsTransport) -> Callable[[bytes], Awaitable[No
     return getattr(transport, _ORIGINAL_SEND_RTP, None) or transport._send_rtp
 
 
-async def send_rtp_packet(sender: RTCRtpSender, packet: Any) -> None:
-    """Send an RTP packet on the sender's transport (SRTP, same SSRC): an aiortc RtpPacket
-    (serialized with the sender's extension map) or bytes already serialized."""
-    if not isinstance(packet, bytes):
-        _require(sender, _SENDER_EXTENSIONS)
-        packet = packet.serialize(getattr(sender, _SENDER_EXTENSIONS))
-    await send_unprotected(sender.transport, packet)
-
-
 def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
     """TEST ONLY: drop RTP first transmissions for which ``drop(rtp_bytes)`` is true.
 
-    Retransmissions sent through ``send_rtp_packet`` bypass the filter.
+    Retransmissions sent through ``send_unprotected`` bypass the filter.
     """
     _require(transport, "_send_rtp")
     original = transport._send_rtp

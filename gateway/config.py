@@ -12,7 +12,7 @@ from aiortc import RTCConfiguration, RTCIceServer
 
 from gateway import __version__
 from gateway.media.opus_codec import EncoderSettings
-from gateway.session.session import SessionOptions
+from gateway.session.options import SessionOptions
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 

@@ -6,7 +6,6 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from gateway import aiortc_compat
-from gateway.media.frame_store import FrameStore
 
 
 def test_aiortc_is_the_pinned_series():
@@ -17,15 +16,19 @@ def test_every_private_name_still_exists():
     assert aiortc_compat.check_internals() == []
 
 
-async def test_history_replacement_reaches_the_sender():
-    pc = RTCPeerConnection()
-    transceiver = pc.addTransceiver("audio", direction="sendonly")
-    store = FrameStore()
-    aiortc_compat.install_sender_history(transceiver.sender, store)
-    assert aiortc_compat.sender_history(transceiver.sender) is store
+async def test_history_replacement_reaches_the_sender_only():
     import aiortc.rtcrtpsender
 
-    assert aiortc.rtcrtpsender.RTP_HISTORY_SIZE == 65536
+    size = aiortc.rtcrtpsender.RTP_HISTORY_SIZE
+    pc = RTCPeerConnection()
+    transceiver = pc.addTransceiver("audio", direction="sendonly")
+    other = pc.addTransceiver("audio", direction="sendonly")
+    history: dict[int, object] = {}
+    aiortc_compat.install_sender_history(transceiver.sender, history)
+    assert aiortc_compat.sender_history(transceiver.sender) is history
+    # scoped to that sender: aiortc's process-wide size and every other sender's history stay
+    assert aiortc.rtcrtpsender.RTP_HISTORY_SIZE == size == 128
+    assert aiortc_compat.sender_history(other.sender) is not history
     assert aiortc_compat.negotiated_codecs(transceiver) == []
     await pc.close()
 
@@ -42,7 +45,7 @@ def test_ice_host_restriction_round_trip():
 
 def test_missing_attribute_raises_a_clear_error():
     with pytest.raises(RuntimeError, match="aiortc internals moved"):
-        aiortc_compat.install_sender_history(object(), FrameStore())  # type: ignore[arg-type]
+        aiortc_compat.install_sender_history(object(), {})  # type: ignore[arg-type]
 
 
 async def test_batch_path_reaches_the_senders_internals():

@@ -20,17 +20,15 @@ from typing import Any
 
 import pytest
 
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, silence_packet
+from gateway.media.opus_codec import FRAME_SAMPLES
 from gateway.media.pacer import PacingClock
-from gateway.media.track import PassthroughOpusTrack
 from gateway.speech.phrase_cache import PhraseCache
-from gateway.speech.speaker import ENCODE_BATCH, Speaker, UtteranceState
+from gateway.speech.speaker import ENCODE_BATCH, UtteranceState
 from gateway.testing.cosyvoice_audio import synthetic_pcm
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, Synthesizer
 from gateway.tts.registry import build_cosyvoice
+from tests.pipeline import pipeline
 
 QUEUE_FRAMES = 50
 HOUR_OF_TEXT = "".join(f"This is sentence number {i:05d}. " for i in range(2000))  # 60 min
@@ -105,16 +103,17 @@ async def drain(
 
     ``not_ours``: bytes this process holds that the gateway does not (the stand-in's log).
     """
-    queue = FrameQueue(QUEUE_FRAMES)
     clock = VirtualClock()
-    track = PassthroughOpusTrack(queue, FrameStore(), silence_packet())
-    track.pacer = PacingClock(clock=clock.now, sleep=clock.sleep)  # the track's public pacer
     # The phrase cache is on, as in production: its recorder must give up, not pile up. (Its
     # per-entry cap is lowered so that it gives up during the warm-up, not mid-measurement.)
     cache = PhraseCache(64 * 1024 * 1024, max_entry_bytes=64 * 1024)
     # Encode inline (the production pool's thread hop would only make the producer look slow
     # next to a consumer that drains far faster than real time).
-    speaker = Speaker(queue, EncoderSettings(), cache=cache, pool=InlinePool())  # type: ignore[arg-type]
+    speaker, track = pipeline(
+        QUEUE_FRAMES, pacer=PacingClock(clock=clock.now, sleep=clock.sleep),
+        cache=cache, pool=InlinePool(),
+    )
+    queue = track.sink.queue
     speaker.start()
     utterance = speaker.say(HOUR_OF_TEXT, synth)
     worst_read_ahead = 0

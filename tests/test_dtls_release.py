@@ -15,14 +15,14 @@ async def gateway_transport(gateway):
     """The session and its DTLS transport, once the gateway's side is connected too (the
     listener, as DTLS server, finishes the handshake first)."""
     session = next(iter(gateway.registry))
-    await asyncio.wait_for(session.connected.wait(), timeout=5)
-    return session, session.pc.getTransceivers()[0].sender.transport
+    await asyncio.wait_for(session.webrtc.connected.wait(), timeout=5)
+    return session, session.webrtc.pc.getTransceivers()[0].sender.transport
 
 
 async def test_released_after_connect_and_media_still_flows(connect, gateway):
     client = await connect()
     session, transport = await gateway_transport(gateway)
-    assert session.dtls_released and aiortc_compat.dtls_released(transport)
+    assert session.webrtc.dtls_released and aiortc_compat.dtls_released(transport)
     assert (await client.state())["dtls_released"] is True
     before = len(client.capture.ordered())
     result = await client.say("hi", voice="tone")
@@ -63,7 +63,7 @@ async def test_kept_when_disabled(start_gateway):
     client = GatewayClient(gateway.url, gateway.http)
     await client.connect()
     session, transport = await gateway_transport(gateway)
-    assert not session.dtls_released and not aiortc_compat.dtls_released(transport)
+    assert not session.webrtc.dtls_released and not aiortc_compat.dtls_released(transport)
     await client.close()
 
 

@@ -54,7 +54,7 @@ async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
     # And what the server's frame store holds for those sequence numbers is the same bytes.
     session = next(iter(gateway.registry))
     for p in speech[-10:]:
-        assert session.store.lookup(p.seq % 65536).payload == p.payload
+        assert session.webrtc.store.lookup(p.seq % 65536).payload == p.payload
 
 
 async def test_timestamps_step_960_and_packets_are_paced(connect):

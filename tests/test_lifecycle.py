@@ -49,10 +49,10 @@ async def test_delete_ends_every_task_thread_and_peer(gateway):
     session = next(iter(gateway.registry))
     result = await client.say("long", voice="long")
     await client.capture.wait_packets(3)  # some audio is flowing
-    assert session.pc.connectionState == "connected"
+    assert session.webrtc.pc.connectionState == "connected"
     await client.close(delete=True)  # DELETE, then the client closes its side
     assert len(gateway.registry) == 0 and session.closed.is_set()
-    assert session.pc.connectionState == "closed"
+    assert session.webrtc.pc.connectionState == "closed"
     assert session.speaker.get(result.utterance["id"]).state.value == "interrupted"
     assert await settle_tasks(baseline_tasks) == set()
     # Process-wide bounded pools (Opus encoding, synthesis) may start their threads lazily

@@ -12,17 +12,14 @@ import os
 import statistics
 import time
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import EncoderSettings, silence_packet
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
 from gateway.speech.speaker import Speaker, UtteranceState
+from tests.pipeline import pipeline, record_sent
 
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
@@ -97,7 +94,7 @@ async def pump(track: PassthroughOpusTrack) -> None:
     seq = 0
     while True:
         packet = await track.recv()
-        track.store.record(SimpleNamespace(sequence_number=seq & 0xFFFF, timestamp=packet.pts))
+        record_sent(track, seq, packet)
         seq += 1
 
 
@@ -106,9 +103,7 @@ async def pipelines() -> AsyncIterator[list[tuple[PassthroughOpusTrack, Speaker]
     made: list[tuple[PassthroughOpusTrack, Speaker]] = []
     tasks: list[asyncio.Task[None]] = []
     for _ in range(SESSIONS):
-        queue = FrameQueue(50)
-        track = PassthroughOpusTrack(queue, FrameStore(), silence_packet(), shared_ticker())
-        speaker = Speaker(queue, EncoderSettings())
+        speaker, track = pipeline(50, shared_ticker())
         speaker.start()
         made.append((track, speaker))
         tasks.append(asyncio.create_task(pump(track)))

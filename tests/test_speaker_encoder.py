@@ -5,10 +5,10 @@ import itertools
 
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import EncoderSettings
 from gateway.speech.phrase_cache import PhraseCache
-from gateway.speech.speaker import Speaker, UtteranceState
+from gateway.speech.speaker import UtteranceState
 from gateway.tts.tone import ToneSynthesizer
+from tests.pipeline import pipeline
 
 
 class InlinePool:
@@ -28,9 +28,10 @@ async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> Non
 
 
 async def test_one_encoder_per_synthesized_utterance_none_for_cache_hits():
-    queue, store, seqs = FrameQueue(50), FrameStore(), itertools.count()
+    seqs = itertools.count()
     cache = PhraseCache(8 * 1024 * 1024)
-    speaker = Speaker(queue, EncoderSettings(), cache=cache, pool=InlinePool())
+    speaker, track = pipeline(cache=cache, pool=InlinePool())
+    queue, store = track.sink.queue, track.sink.store
     speaker.start()
     tone = ToneSynthesizer(seconds=0.5)
     try:

@@ -9,15 +9,18 @@ from typing import Any
 
 from aiohttp import web
 from aiortc import sdp as aiortc_sdp
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import __version__
 from gateway.api.errors import ApiError
+from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import SessionLimitReached, SessionRegistry
 from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
-from gateway.speech.speaker import FINAL_STATES, SpeechQueueFull
+from gateway.speech.speaker import SpeechQueueFull
+from gateway.speech.utterance import FINAL_STATES
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
 SDP = "application/sdp"
@@ -134,11 +137,11 @@ async def trickle_ice(request: web.Request) -> web.Response:
     _require_type(request, SDPFRAG)
     mid = session.offer.audio_mid if session.offer else None
     candidates, end, ufrag = parse_sdpfrag(await request.text(), mid)
-    remote = session.pc.remoteDescription
+    remote = session.webrtc.pc.remoteDescription
     if ufrag and remote is not None and f"a=ice-ufrag:{ufrag}" not in remote.sdp:
         raise ApiError(422, "ice_restart_unsupported", "ICE restarts are not supported")
     try:
-        await session.add_ice_candidates(candidates, end)
+        await session.webrtc.add_ice_candidates(candidates, end)
     except Exception as exc:  # aiortc rejects a candidate it cannot place (unknown mid...)
         raise ApiError(400, "invalid_candidate", f"the candidate was refused: {exc}") from exc
     return web.Response(status=204)
@@ -229,4 +232,12 @@ async def healthz(request: web.Request) -> web.Response:
     watch = request.app.get(STALL_WATCH)
     if watch is not None:
         body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
+    body["metrics"] = METRICS.snapshot()
     return web.json_response(body)
+
+
+@routes.get("/metrics")
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of the process's metrics (runtime/metrics.py)."""
+    METRICS.set_session_states(request.app[REGISTRY].count_by_state)
+    return web.Response(body=METRICS.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})

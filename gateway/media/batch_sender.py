@@ -10,9 +10,14 @@ frame (or the keep-alive silence), builds the RTP packet from the stream's heade
 synchronously. aiortc's own sender stays parked on a track that never yields (its RTCP task keeps
 sending sender reports, whose counters we keep up to date).
 
-Behaviour matches ``PassthroughOpusTrack``: same schedule (``PacingClock`` on the shared tick grid),
-960-tick timestamps, marker bit set, mid and abs-send-time extensions, the same frame store and
-test-only first-transmission drop.
+It is one of the two transmitters of an ``RtpSink`` (media/rtp_sink.py), the other being
+``PassthroughOpusTrack``: same queue, schedule, store, silence, stats and test-only drop (they are
+the sink's), 960-tick timestamps, marker bit set, mid and abs-send-time extensions.
+
+An exception while sending one tick's packets (an owner's callback, say) is logged and counted
+(``stats.send_errors``) and the stream's next tick is scheduled all the same: one bad packet must
+not end a stream silently. Without a direct socket (a TURN relay) packets take aiortc's async
+path, at most ``MAX_PENDING_ASYNC`` at a time; more are dropped and counted.
 """
 
 from __future__ import annotations
@@ -27,16 +32,14 @@ from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway import aiortc_compat
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
-from gateway.media.opus_codec import FRAME_MS, RTP_TICKS_PER_FRAME
-from gateway.media.pacer import PacingClock
+from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
+from gateway.media.rtp_sink import RtpSink, take_slot
 from gateway.media.ticker import Ticker
-from gateway.media.track import TrackStats, take_slot
 
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
+MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before dropping
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -69,37 +72,31 @@ class ParkedTrack(MediaStreamTrack):
 
 
 class BatchStream:
-    """One session's paced stream on the batch path."""
+    """One session's paced stream on the batch path: the tick-driven transmitter of a sink."""
 
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
-    # stream's objects; attributes inline in the instance are one less object per access.
+    # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_direct", "_header", "_pending_sends", "_running", "_sender", "_seq", "_silence",
-        "_ts_origin", "async_sends", "drop_first_tx", "pacer", "queue", "stats", "store",
-        "ticker",
+        "_direct", "_header", "_last_error", "_pending_sends", "_running", "_sender", "_seq",
+        "_ts_origin", "pacer", "queue", "silence", "sink", "stats", "store", "ticker",
     )
 
-    def __init__(
-        self,
-        queue: FrameQueue,
-        store: FrameStore,
-        silence: bytes,
-        ticker: Ticker,
-        drop_first_tx: Callable[[bytes], bool] | None = None,
-    ) -> None:
-        self.queue = queue
-        self.store = store
-        self.ticker = ticker
-        self.pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.now, align=ticker.align)
-        self.stats = TrackStats()
-        self.drop_first_tx = drop_first_tx
-        self._silence = silence
+    def __init__(self, sink: RtpSink) -> None:
+        if sink.ticker is None:
+            raise ValueError("the batch path runs on a sink's ticker")
+        self.sink = sink
+        self.queue = sink.queue
+        self.store = sink.store
+        self.ticker: Ticker = sink.ticker
+        self.pacer = sink.pacer
+        self.stats = sink.stats
+        self.silence = sink.silence
         self._running = False
         self._sender: RTCRtpSender | None = None
         self._seq = aiortc_compat.first_sequence_number()
         self._ts_origin = random.randint(0, 0xFFFFFFFF)
         self._pending_sends: set[asyncio.Task[None]] = set()
-        self.async_sends = 0  # packets that had to take aiortc's async path (TURN, say)
+        self._last_error: str | None = None
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -120,6 +117,10 @@ class BatchStream:
         for task in self._pending_sends:
             task.cancel()
 
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
     async def _send_async(self, data: bytes) -> None:
         assert self._sender is not None
         with contextlib.suppress(ConnectionError):
@@ -131,32 +132,43 @@ class BatchStream:
     def _on_tick(self) -> None:
         if not self._running:
             return
-        pacer = self.pacer
-        now = pacer.now()  # one clock reading and one send time for all of this tick's work
-        ntp = ntp_now()
-        ast = abs_send_time(ntp)
-        ast_bytes = ast.to_bytes(3, "big")
-        sent = 0
-        while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
-            self._send_one(now, ntp, ast, ast_bytes)
-            sent += 1
-        if self._running:
-            self._schedule()
+        try:
+            pacer = self.pacer
+            now = pacer.now()  # one clock reading and one send time for all of this tick's work
+            ntp = ntp_now()
+            ast = abs_send_time(ntp)
+            ast_bytes = ast.to_bytes(3, "big")
+            sent = 0
+            while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
+                sent += 1  # before sending: a packet that raises still used its slot
+                self._send_one(now, ntp, ast, ast_bytes)
+        except Exception as exc:
+            self.stats.send_errors += 1
+            if self._last_error is None:  # logged once per stream; counted every time
+                log.exception("send tick failed (the stream carries on)")
+            self._last_error = repr(exc)
+        finally:
+            if self._running:
+                self._schedule()
 
     def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
         payload, owner, index, slot = take_slot(
-            self.queue, self.pacer, self.stats, self._silence, now
+            self.queue, self.pacer, self.stats, self.silence, now
         )
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF
         data = self._header.build(seq, timestamp, ast_bytes, payload)
-        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now)
         sender = self._sender
         assert sender is not None
         aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
-        if self.drop_first_tx is not None and self.drop_first_tx(data):
-            return
+        drop = self.sink.drop_first_tx
+        if drop is None or not drop(data):
+            self._transmit(data, sender)
+        # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
+        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now)
+
+    def _transmit(self, data: bytes, sender: RTCRtpSender) -> None:
         direct = self._direct
         try:
             if direct is not None and direct(data):
@@ -165,7 +177,10 @@ class BatchStream:
             return
         if sender.transport.state != "connected":
             return
-        self.async_sends += 1
+        if len(self._pending_sends) >= MAX_PENDING_ASYNC:
+            self.stats.async_dropped += 1
+            return
+        self.stats.async_sends += 1
         task = asyncio.get_running_loop().create_task(self._send_async(data))
         self._pending_sends.add(task)
         task.add_done_callback(self._pending_sends.discard)

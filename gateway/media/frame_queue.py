@@ -25,8 +25,8 @@ from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
-    __slots__ = ("_indexes", "_owners", "_payloads", "_space", "high_water", "low_water",
-                 "maxsize", "producer_waits")
+    __slots__ = ("_indexes", "_owners", "_payloads", "_reader", "_space", "high_water",
+                 "low_water", "maxsize", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -41,6 +41,7 @@ class FrameQueue:
         self._indexes: deque[int] = deque()
         self._space = asyncio.Event()
         self._space.set()
+        self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
         self.high_water = 0
         self.producer_waits = 0  # times a producer slept on a full queue
 
@@ -63,13 +64,38 @@ class FrameQueue:
                 self._space.clear()
                 self.producer_waits += 1
                 await self._space.wait()
-            room = min(self.maxsize - len(self._payloads), len(payloads) - done)
-            self._payloads.extend(payloads[done : done + room])
-            self._owners.extend(itertools.repeat(owner, room))
-            self._indexes.extend(range(first_index + done, first_index + done + room))
-            done += room
-            if len(self._payloads) > self.high_water:
-                self.high_water = len(self._payloads)
+            done += self._append(payloads, owner, first_index, done)
+
+    def offer(
+        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int = 0
+    ) -> int:
+        """Append as many of ``payloads`` as fit now, never waiting; returns how many."""
+        return self._append(payloads, owner, first_index, 0)
+
+    def _append(
+        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int, done: int
+    ) -> int:
+        room = min(self.maxsize - len(self._payloads), len(payloads) - done)
+        if room <= 0:
+            return 0
+        self._payloads.extend(payloads[done : done + room])
+        self._owners.extend(itertools.repeat(owner, room))
+        self._indexes.extend(range(first_index + done, first_index + done + room))
+        if len(self._payloads) > self.high_water:
+            self.high_water = len(self._payloads)
+        reader = self._reader
+        if reader is not None:
+            self._reader = None
+            if not reader.done():
+                reader.set_result(None)
+        return room
+
+    async def wait_ready(self) -> None:
+        """For a consumer that is not paced (an HTTP writer): return once a frame is queued."""
+        while not self._payloads:
+            if self._reader is None or self._reader.done():
+                self._reader = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._reader)
 
     def pop(self) -> EncodedFrame | None:
         """The next frame, or None when empty (the consumer never waits on the producer)."""

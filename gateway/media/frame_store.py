@@ -5,11 +5,12 @@ a fixed ring of 256 (a power of two, so ``seq & 255`` stays continuous across th
 wrap); an entry counts only while it is among the newest ``capacity`` sequence numbers, so the
 window is exact, O(1) per packet and bounded whatever the stream length.
 
-Recording allocates nothing: the ring is a set of preallocated arrays. The batch send path
-records the Opus payload (shared with the phrase cache, or the one keep-alive silence packet)
-and the abs-send-time it carried; the packet is rebuilt from the stream's header template
-(``RtpHeaderTemplate``) only when a NACK asks for it, byte-identical to what was sent. The aiortc
-path records aiortc's ``RtpPacket`` object. ``lookup`` builds a ``StoredPacket`` view on demand.
+Recording allocates nothing: the ring is a set of preallocated arrays. Both send paths record
+the Opus payload (shared with the phrase cache, or the one keep-alive silence packet) and the
+abs-send-time it carried (the aiortc path through ``track.SenderHistory``, the mapping aiortc's
+sender writes its history to); the packet is rebuilt from the stream's header template
+(``RtpHeaderTemplate``) only when a NACK asks for it, byte-identical to what was sent.
+``lookup`` builds a ``StoredPacket`` view on demand.
 The frame a packet carried is kept as its owner and index (``EncodedFrame`` rebuilt on lookup).
 Per packet objects would be ~250 GC-tracked objects and ~50 KB per stream, and full collections
 walking them stalled every stream at hundreds of streams (bench/load.py).
@@ -21,7 +22,6 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.media.frames import EncodedFrame, FrameOwner
 from gateway.media.rtp_header import RtpHeaderTemplate
@@ -34,7 +34,7 @@ DEFAULT_CAPACITY = 250
 class StoredPacket:
     seq: int
     timestamp: int
-    packet: Any  # resent unchanged: serialized RTP (batch path) or aiortc's RtpPacket
+    packet: bytes  # the serialized RTP packet, resent unchanged
     payload: bytes  # the Opus packet it carries
     frame: EncodedFrame | None
     sent_at: float
@@ -42,8 +42,7 @@ class StoredPacket:
 
 class FrameStore:
     __slots__ = ("_abs_send_times", "_clock", "_indexes", "_newest", "_owners", "_packets",
-                 "_sent_at", "_seqs", "_timestamps", "capacity", "header", "next_frame",
-                 "recorded")
+                 "_sent_at", "_seqs", "_timestamps", "capacity", "header", "recorded")
 
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
@@ -57,36 +56,26 @@ class FrameStore:
         self._timestamps = array("I", [0]) * RING
         self._abs_send_times = array("I", [0]) * RING
         self._sent_at = array("d", [0.0]) * RING
-        self._packets: list[Any] = [None] * RING  # payload bytes (header set) or RtpPacket
+        self._packets: list[bytes] = [b""] * RING  # the Opus payloads
         self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
         self._indexes = array("I", [0]) * RING
-        self.header: RtpHeaderTemplate | None = None  # the batch path's template
+        self.header: RtpHeaderTemplate | None = None  # set by the send path when it starts
         self._newest: int | None = None
-        self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
         self.recorded = 0
-
-    def record(self, packet: Any) -> None:
-        """Keep a packet aiortc is about to send; attributes it to ``next_frame``."""
-        frame, self.next_frame = self.next_frame, None
-        owner, index = (None, 0) if frame is None else (frame.owner, frame.index)
-        self.record_sent(
-            int(packet.sequence_number), int(packet.timestamp), packet, owner, index, 0
-        )
 
     def record_sent(
         self,
         seq: int,
         timestamp: int,
-        packet: Any,
+        payload: bytes,
         owner: FrameOwner | None,
         index: int = 0,
         abs_send_time: int = 0,
         at: float | None = None,
     ) -> None:
-        """Keep a packet sent as ``seq`` for frame ``index`` of ``owner`` (None: keep-alive
-        silence) and tell the owner. The batch path passes the payload and the abs-send-time
-        it carried (the header comes from ``header``, which must be set) and its clock
-        reading ``at``."""
+        """Keep the packet sent as ``seq`` (its payload and the abs-send-time it carried; the
+        header comes from ``header``) for frame ``index`` of ``owner`` (None: keep-alive
+        silence) and tell the owner; ``at``: the caller's clock reading, if it has one."""
         i = seq & (RING - 1)
         if at is None:
             at = self._clock()
@@ -94,7 +83,7 @@ class FrameStore:
         self._timestamps[i] = timestamp
         self._abs_send_times[i] = abs_send_time
         self._sent_at[i] = at
-        self._packets[i] = packet
+        self._packets[i] = payload
         self._owners[i] = owner
         self._newest = seq
         self.recorded += 1
@@ -112,14 +101,12 @@ class FrameStore:
         i = seq & (RING - 1)
         if self._seqs[i] != seq:
             return None
+        header = self.header
+        if header is None:
+            return None
         timestamp = self._timestamps[i]
-        packet = self._packets[i]
-        payload = packet
-        if self.header is not None:
-            ast = self._abs_send_times[i].to_bytes(3, "big")
-            packet = self.header.build(seq, timestamp, ast, payload)
-        else:
-            payload = bytes(getattr(packet, "payload", b""))
+        payload = self._packets[i]
+        packet = header.build(seq, timestamp, self._abs_send_times[i].to_bytes(3, "big"), payload)
         owner = self._owners[i]
         frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
         return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i])
@@ -130,11 +117,3 @@ class FrameStore:
 
     def __len__(self) -> int:
         return min(self.recorded, self.capacity)
-
-    # The mapping protocol aiortc's sender uses for its history (see gateway.aiortc_compat).
-    def __setitem__(self, key: int, packet: Any) -> None:
-        self.record(packet)
-
-    def get(self, key: int, default: Any = None) -> Any:
-        entry = self.lookup(key & 0xFFFF)
-        return default if entry is None else entry.packet

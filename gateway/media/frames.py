@@ -1,4 +1,4 @@
-"""The unit that flows from the encoder to RTP: one encoded 20 ms frame and what it belongs to."""
+"""The unit that flows from the encoder to the sinks: one encoded 20 ms frame and its owner."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from typing import Protocol
 
 
 class FrameOwner(Protocol):
-    """Told when its frames reach RTP (an utterance, in practice)."""
+    """One sink's view of what a frame belongs to (an utterance's delivery to that sink, in
+    practice): told when the sink has sent (or written) each frame, and asked whether the frames
+    were cut off (barge-in), which a NACK responder then does not resend."""
+
+    @property
+    def cancelled(self) -> bool: ...
 
     def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None: ...
 

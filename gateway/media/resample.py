@@ -35,3 +35,27 @@ class Resampler:
         if self._stream is None:
             return np.zeros(0, dtype=np.int16)
         return self._stream.resample_chunk(np.zeros(0, dtype=np.int16), last=True)
+
+
+class RateFollower:
+    """A ``Resampler`` that follows a stream whose input rate may change between chunks (a TTS
+    backend switching models mid-utterance): on a change the old converter's delay line is
+    flushed first, so the samples at the end of the old rate are not lost."""
+
+    def __init__(self, out_rate: int = TARGET_RATE) -> None:
+        self.out_rate = out_rate
+        self._resampler: Resampler | None = None
+
+    def push(self, samples: np.ndarray, in_rate: int) -> np.ndarray:
+        current = self._resampler
+        if current is not None and current.in_rate == in_rate:
+            return current.push(samples)
+        tail = current.flush() if current is not None else None
+        self._resampler = Resampler(in_rate, self.out_rate)
+        out = self._resampler.push(samples)
+        return out if tail is None or not tail.size else np.concatenate((tail, out))
+
+    def flush(self) -> np.ndarray:
+        if self._resampler is None:
+            return np.zeros(0, dtype=np.int16)
+        return self._resampler.flush()

@@ -9,27 +9,35 @@ number (``NackResponder`` decides, with a 40 ms -> 1 s back-off per packet):
 - miss (older than the store's 5 s, or never sent): a concealment packet carrying that sequence
   number and its timestamp, whose Opus payload (a lone TOC byte, zero-length frame) makes the
   decoder run PLC, so the receiver stops asking and conceals;
-- rate-limited: nothing.
-A malformed RTCP datagram is counted and dropped; nothing raises into aiortc.
+- rate-limited (a resend or concealment of that seq too recently, or the per-second cap on
+  answers reached): nothing.
+Both send paths share this (it works on the ``RtpSink``'s store: every packet is resent as the
+bytes rebuilt from the stream's header template). A malformed RTCP datagram is counted and
+dropped; an answer that cannot be sent (a concealment too old for SRTP's replay window, say) is
+counted and the rest of the NACK is still answered; nothing raises into aiortc.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from aiortc import RTCRtpSender
-from aiortc.rtp import RtpPacket
 
 from gateway import aiortc_compat
 from gateway.media import rtp_header
-from gateway.media.frame_store import FrameStore, StoredPacket
+from gateway.media.frame_store import StoredPacket
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
-from gateway.rtp.nack_responder import NackDecision, NackOutcome, NackResponder, concealment_payload
+from gateway.media.rtp_sink import RtpSink
+from gateway.rtp.nack_responder import (
+    NackDecision,
+    NackOutcome,
+    NackResponder,
+    concealment_payload,
+)
 from gateway.rtp.rtcp_nack import MalformedRtcp, is_nack, iter_rtcp_packets, parse_nack_packet
 from gateway.rtp.seqnum import seq_diff
 
@@ -45,54 +53,40 @@ class RetransmissionCounters:
     rate_limited: int = 0
     cancelled: int = 0  # speech cut off by barge-in: concealment instead of a resend
     concealments_sent: int = 0
+    send_failed: int = 0  # answers that could not be protected or sent
     malformed: int = 0
     foreign_ssrc: int = 0  # NACKs for a stream that is not ours
     test_dropped: int = 0  # first transmissions dropped by the test-only option
 
 
+def _cut_off(entry: StoredPacket) -> bool:
+    """Speech that barge-in cut off: not worth resending."""
+    owner = entry.frame.owner if entry.frame is not None else None
+    return owner is not None and owner.cancelled
+
+
 class Retransmitter:
     def __init__(
         self,
-        store: FrameStore,
-        is_cancelled: Callable[[StoredPacket], bool] = lambda entry: False,
+        sink: RtpSink,
+        is_cancelled: Callable[[StoredPacket], bool] = _cut_off,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.store = store
-        self.responder = NackResponder(store)
+        self.sink = sink
+        self.store = sink.store
+        self.responder = NackResponder(self.store)
         self.is_cancelled = is_cancelled
         self.clock = clock
         self.counters = RetransmissionCounters()
         self._sender: RTCRtpSender | None = None
         self._ssrc: int | None = None
+        self._send_error_logged = False
 
     def attach(self, sender: RTCRtpSender) -> None:
         """Start answering NACKs for ``sender`` (call after the remote description is set)."""
         self._sender = sender
         self._ssrc = aiortc_compat.sender_ssrc(sender)
         aiortc_compat.intercept_rtcp(sender.transport, self.on_rtcp)
-
-    def drop_first_transmissions(self, percent: float, seed: int | None = None) -> None:
-        """TEST ONLY: lose ``percent`` % of first transmissions sent through aiortc's loop."""
-        assert self._sender is not None
-        aiortc_compat.drop_first_transmissions(
-            self._sender.transport, self.first_transmission_filter(percent, seed)
-        )
-
-    def first_transmission_filter(
-        self, percent: float, seed: int | None = None
-    ) -> Callable[[bytes], bool]:
-        """TEST ONLY: a predicate that says to drop ``percent`` % of RTP packets (counted)."""
-        rng = random.Random(seed)
-
-        def drop(data: bytes) -> bool:
-            if len(data) > 1 and 192 <= data[1] <= 223:  # RTCP (should not come this way)
-                return False
-            if rng.random() * 100 < percent:
-                self.counters.test_dropped += 1
-                return True
-            return False
-
-        return drop
 
     async def on_rtcp(self, data: bytes) -> bytes:
         """Consume our NACKs from a compound RTCP datagram; return what aiortc should see."""
@@ -114,13 +108,17 @@ class Retransmitter:
             if nack.media_ssrc != self._ssrc:
                 self.counters.foreign_ssrc += 1
                 continue
-            try:
-                for outcome in self.responder.handle_nack(nack.seqs, self.clock()):
+            for outcome in self.responder.handle_nack(nack.seqs, self.clock()):
+                try:
                     await self._answer(outcome)
-            except ConnectionError:
-                return b""
-            except Exception:  # never let one bad request break the RTCP path
-                log.exception("NACK handling failed")
+                except ConnectionError:  # the transport is gone: nothing more to answer
+                    self._sync_counters()
+                    return b""
+                except Exception:  # one answer that cannot be sent must not drop the rest
+                    self.counters.send_failed += 1
+                    if not self._send_error_logged:
+                        self._send_error_logged = True
+                        log.warning("NACK answer for seq %d not sent", outcome.seq, exc_info=True)
         self._sync_counters()
         return b"".join(rest)
 
@@ -132,15 +130,15 @@ class Retransmitter:
             entry = outcome.packet
             assert isinstance(entry, StoredPacket)
             if not self.is_cancelled(entry):
-                await aiortc_compat.send_rtp_packet(self._sender, entry.packet)
+                await aiortc_compat.send_unprotected(self._sender.transport, entry.packet)
                 return
             self.counters.cancelled += 1
         packet = self._concealment_for(outcome.seq)
         if packet is not None:
-            await aiortc_compat.send_rtp_packet(self._sender, packet)
+            await aiortc_compat.send_unprotected(self._sender.transport, packet)
             self.counters.concealments_sent += 1
 
-    def _concealment_for(self, seq: int) -> RtpPacket | bytes | None:
+    def _concealment_for(self, seq: int) -> bytes | None:
         """The newest packet's header (SSRC, PT, extensions) with ``seq``, the timestamp that
         sequence number had, and a concealment payload."""
         newest_seq = self.store.newest_seq
@@ -152,18 +150,7 @@ class Retransmitter:
             return None
         timestamp = (newest.timestamp - age * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         payload = concealment_payload(newest.payload[:1] or b"\x68")
-        template = newest.packet
-        if isinstance(template, bytes):  # the batch path stores serialized packets
-            return rtp_header.rewrite(template, len(newest.payload), seq, timestamp, payload)
-        packet = RtpPacket(
-            payload_type=template.payload_type,
-            sequence_number=seq,
-            timestamp=timestamp,
-            ssrc=template.ssrc,
-            payload=payload,
-        )
-        packet.extensions = template.extensions
-        return packet
+        return rtp_header.rewrite(newest.packet, len(newest.payload), seq, timestamp, payload)
 
     def _sync_counters(self) -> None:
         r = self.responder.counters
@@ -171,6 +158,7 @@ class Retransmitter:
         c.nacks_received, c.seqs_requested = r.nacks_received, r.seqs_requested
         c.hits = r.hits - c.cancelled
         c.misses, c.rate_limited = r.misses, r.rate_limited
+        c.test_dropped = self.sink.stats.test_dropped
 
     def stats(self) -> dict[str, Any]:
         self._sync_counters()

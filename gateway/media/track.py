@@ -1,109 +1,125 @@
-"""The passthrough audio track: hands pre-encoded Opus packets to aiortc, paced in real time.
+"""The passthrough audio track: aiortc's own send loop as the transmitter of an ``RtpSink``.
 
 aiortc's sender packs any non-``av.Frame`` it receives from ``recv()`` without re-encoding
 (one ``av.Packet`` = one RTP payload) and does not pace, so this track waits for each 20 ms slot
-itself on an absolute monotonic schedule (``PacingClock``) aligned to the process-wide tick grid
-(``Ticker``, 2.5 ms): every stream of the process is woken by the one timer of its tick, and the
-streams spread over the eight ticks of a 20 ms period by when they started, so each tick sends
-an eighth of them rather than all in one burst. The RTP timestamp is
-derived from ``pts`` in a 1/48000 time base (the Opus RTP clock, so aiortc converts nothing):
-slot ``n`` has pts ``960 n``.
+of the sink's schedule (``PacingClock`` aligned to the process-wide ``Ticker`` grid) itself. The
+RTP timestamp is derived from ``pts`` in a 1/48000 time base (the Opus RTP clock, so aiortc
+converts nothing): slot ``n`` has pts ``960 n``.
 
-Between utterances the track sends a constant encoded-silence packet (no encoder work) so the
-stream stays alive. Speech takes the next slot like any frame: sending it before its slot would
-gain nothing (the listener's playout is locked to the timestamps of the continuous stream, so an
-early packet only waits longer in its jitter buffer) and would look like jitter to the receiver.
+aiortc records every packet it sends in its sender's history just before sending it:
+``SenderHistory`` is that history (``aiortc_compat.install_sender_history``), recording into the
+sink's frame store the payload and abs-send-time aiortc sent, attributed to the frame this track
+handed over. Any exception there or in ``recv`` would end aiortc's send loop for good, so both are
+guarded and counted (``stats.send_errors``).
+
+This is the design card's custom track, kept beside the default batch path (media/batch_sender.py)
+as a comparison; both share everything but the moving of bytes (media/rtp_sink.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import fractions
-from dataclasses import dataclass
+import logging
+from typing import Any
 
 import av
+from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
-from gateway.media.frames import EncodedFrame, FrameOwner
-from gateway.media.opus_codec import FRAME_MS, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
+from gateway import aiortc_compat
+from gateway.media.frames import EncodedFrame
+from gateway.media.opus_codec import RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.media.pacer import PacingClock
-from gateway.media.ticker import Ticker
+from gateway.media.rtp_header import RtpHeaderTemplate
+from gateway.media.rtp_sink import RtpSink
 
 TIME_BASE = fractions.Fraction(1, RTP_CLOCK_RATE)
+log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class TrackStats:
-    frames_sent: int = 0
-    speech_frames: int = 0
-    silence_frames: int = 0
+class SenderHistory:
+    """What aiortc's sender takes for its retransmission history: records into the sink."""
 
+    __slots__ = ("next_frame", "sink")
 
-def take_slot(
-    queue: FrameQueue,
-    pacer: PacingClock,
-    stats: TrackStats,
-    silence: bytes,
-    now: float | None = None,
-) -> tuple[bytes, FrameOwner | None, int, int]:
-    """Release the next slot (at clock reading ``now``, if the caller has one): the payload to
-    send, the owner and index of the queued frame it carries (None, 0: keep-alive silence) and
-    the slot's index. Shared by both send paths; builds no object."""
-    fields = queue.pop_fields()
-    slot = pacer.release(now)
-    stats.frames_sent += 1
-    if fields is None:
-        stats.silence_frames += 1
-        return silence, None, 0, slot
-    stats.speech_frames += 1
-    payload, owner, index = fields
-    return payload, owner, index, slot
+    def __init__(self, sink: RtpSink) -> None:
+        self.sink = sink
+        self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
+
+    def __setitem__(self, key: int, packet: Any) -> None:
+        frame, self.next_frame = self.next_frame, None
+        owner, index = (None, 0) if frame is None else (frame.owner, frame.index)
+        try:
+            ast = packet.extensions.abs_send_time
+            self.sink.store.record_sent(
+                int(packet.sequence_number), int(packet.timestamp), bytes(packet.payload),
+                owner, index, 0 if ast is None else int(ast),
+            )
+        except Exception:
+            self.sink.stats.send_errors += 1
+            log.exception("recording a sent packet failed (the stream carries on)")
+
+    def get(self, key: int, default: Any = None) -> Any:
+        """aiortc reads its history only to answer NACKs, which the ``Retransmitter`` takes
+        out of the RTCP before aiortc sees it: nothing for aiortc to resend."""
+        return default
 
 
 class PassthroughOpusTrack(MediaStreamTrack):
     kind = "audio"
 
-    def __init__(
-        self,
-        queue: FrameQueue,
-        store: FrameStore,
-        silence: bytes,
-        ticker: Ticker | None = None,
-    ) -> None:
+    def __init__(self, sink: RtpSink) -> None:
         super().__init__()
-        self.queue = queue
-        self.store = store
-        self._ticker = ticker
-        self.pacer = PacingClock(
-            period=FRAME_MS / 1000,
-            clock=ticker.now if ticker else PacingClock().now,
-            align=ticker.align if ticker else None,
-        )
-        self._silence = silence
-        self.stats = TrackStats()
+        self.sink = sink
+        self.stats = sink.stats
+        self.history = SenderHistory(sink)
+        self._sender: RTCRtpSender | None = None
+        self._payload_type = 0
+
+    def bind(self, sender: RTCRtpSender, payload_type: int) -> None:
+        """Become ``sender``'s source and history (after negotiation, before it starts)."""
+        self._sender, self._payload_type = sender, payload_type
+        aiortc_compat.install_sender_history(sender, self.history)
+        if self.sink.drop_first_tx is not None:
+            aiortc_compat.drop_first_transmissions(sender.transport, self.sink.drop_first_tx)
+
+    def _start(self) -> None:
+        # aiortc calls recv() once the sender is configured (mid, header extensions): the
+        # template NACK answers are rebuilt from is known from then on.
+        sender = self._sender
+        if sender is not None and self.sink.store.header is None:
+            mid, extensions = aiortc_compat.sender_rtp_context(sender)
+            self.sink.store.header = RtpHeaderTemplate.from_aiortc(
+                self._payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid
+            )
+
+    @property
+    def pacer(self) -> PacingClock:
+        return self.sink.pacer
 
     async def _wait_slot(self) -> None:
-        pacer = self.pacer
+        pacer, ticker = self.sink.pacer, self.sink.ticker
         if pacer.time_to_next() <= 0:
             return
-        if self._ticker is None:
+        if ticker is None:
             await pacer.wait_due()
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._ticker.wake_at(pacer.deadline(), waiter)
+        ticker.wake_at(pacer.deadline(), waiter)
         await waiter
 
     async def recv(self) -> av.Packet:
         if self.readyState != "live":
             raise MediaStreamError
+        if self.sink.store.header is None:
+            self._start()
         await self._wait_slot()
         if self.readyState != "live":
             raise MediaStreamError
-        payload, owner, index, slot = take_slot(self.queue, self.pacer, self.stats, self._silence)
-        # aiortc packs this packet and records it in the store synchronously after we return.
-        self.store.next_frame = None if owner is None else EncodedFrame(payload, owner, index)
+        payload, owner, index, slot = self.sink.take_slot()
+        # aiortc packs this packet and records it (SenderHistory) synchronously after we return.
+        self.history.next_frame = None if owner is None else EncodedFrame(payload, owner, index)
         packet = av.Packet(payload)
         packet.pts = slot * RTP_TICKS_PER_FRAME
         packet.time_base = TIME_BASE

@@ -5,9 +5,12 @@ For every sequence number a receiver asks for, :class:`NackResponder` decides:
 * ``HIT``: the store holds the packet and it was not resent too recently: resend it.
 * ``MISS``: the store has no packet for it (never sent, or already evicted). aiortc ignores misses;
   the gateway may answer with :func:`concealment_payload` so the receiver stops asking.
-* ``RATE_LIMITED``: the same packet was resent less than its back-off ago. The back-off starts at
-  40 ms and doubles on each resend up to 1 s (as Janus does), so a receiver that keeps losing the
-  repair, or a NACK storm, cannot make us resend one packet more than a handful of times.
+* ``RATE_LIMITED``: the same sequence number was answered (resent, or concealed for a miss) less
+  than its back-off ago, or the per-second cap on answers is used up. The back-off starts at
+  40 ms and doubles on each answer up to 1 s (as Janus does), so a receiver that keeps losing the
+  repair, or a NACK storm, cannot make us answer one packet more than a handful of times; the cap
+  (a token bucket, ``max_answers_per_s`` with a burst of as many) bounds what a storm of NACKs
+  for ever new sequence numbers can cost.
 
 The store's ``lookup(seq)`` must return the packet *for that exact sequence number* or ``None``
 (a ring keyed by ``seq % N`` must check the stored seq). Back-off state forgets a seq after it
@@ -49,7 +52,8 @@ class NackCounters:
     seqs_requested: int = 0
     hits: int = 0
     misses: int = 0
-    rate_limited: int = 0
+    rate_limited: int = 0  # includes ``capped``
+    capped: int = 0  # refused by the per-second cap
     malformed: int = 0
 
 
@@ -67,17 +71,23 @@ class NackResponder:
         initial_backoff_s: float = 0.040,
         max_backoff_s: float = 1.0,
         max_tracked: int = 512,
+        max_answers_per_s: float = 250.0,
     ) -> None:
         if not 0 < initial_backoff_s <= max_backoff_s:
             raise ValueError("need 0 < initial_backoff_s <= max_backoff_s")
         if max_tracked < 1:
             raise ValueError("max_tracked must be >= 1")
+        if max_answers_per_s <= 0:
+            raise ValueError("max_answers_per_s must be positive")
         self._store = store
         self._initial = initial_backoff_s
         self._max = max_backoff_s
         self._max_tracked = max_tracked
         self._forget_after = 2 * max_backoff_s
-        self._resent: OrderedDict[int, _Backoff] = OrderedDict()  # oldest resend first
+        self._resent: OrderedDict[int, _Backoff] = OrderedDict()  # oldest answer first
+        self._rate = max_answers_per_s
+        self._tokens = max_answers_per_s
+        self._refilled_at: float | None = None
         self.counters = NackCounters()
 
     def handle_packet(self, packet: bytes, now: float) -> list[NackOutcome]:
@@ -113,14 +123,13 @@ class NackResponder:
 
     def _decide(self, seq: int, now: float) -> NackOutcome:
         self.counters.seqs_requested += 1
-        packet = self._store.lookup(seq)
-        if packet is None:
-            self.counters.misses += 1
-            self._resent.pop(seq, None)
-            return NackOutcome(seq, NackDecision.MISS)
         state = self._resent.get(seq)
         if state is not None and now - state.last_sent < state.backoff:
             self.counters.rate_limited += 1
+            return NackOutcome(seq, NackDecision.RATE_LIMITED)
+        if not self._take_token(now):
+            self.counters.rate_limited += 1
+            self.counters.capped += 1
             return NackOutcome(seq, NackDecision.RATE_LIMITED)
         if state is None:
             state = _Backoff(now, self._initial)
@@ -131,8 +140,22 @@ class NackResponder:
             state.last_sent = now
             state.backoff = min(state.backoff * 2, self._max)
             self._resent.move_to_end(seq)
+        packet = self._store.lookup(seq)
+        if packet is None:
+            self.counters.misses += 1
+            return NackOutcome(seq, NackDecision.MISS)
         self.counters.hits += 1
         return NackOutcome(seq, NackDecision.HIT, packet)
+
+    def _take_token(self, now: float) -> bool:
+        if self._refilled_at is not None:
+            elapsed = max(0.0, now - self._refilled_at)
+            self._tokens = min(self._rate, self._tokens + elapsed * self._rate)
+        self._refilled_at = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
     def _expire(self, now: float) -> None:
         while self._resent:

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.runtime.metrics import METRICS
+
 log = logging.getLogger(__name__)
 SLOW_PAUSE_MS = 10.0  # collections longer than this are counted and logged
 
@@ -57,6 +59,7 @@ class GcPolicy:
         pause_ms = (time.perf_counter() - self._started) * 1000
         stats = self.stats
         stats.collections[generation] += 1
+        METRICS.gc_pauses.labels(str(generation)).observe(pause_ms / 1000)
         if pause_ms > stats.max_pause_ms[generation]:
             stats.max_pause_ms[generation] = round(pause_ms, 2)
         if pause_ms > SLOW_PAUSE_MS:

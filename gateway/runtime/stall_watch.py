@@ -18,6 +18,8 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from gateway.runtime.metrics import METRICS
+
 log = logging.getLogger(__name__)
 
 
@@ -61,6 +63,7 @@ class StallWatch:
         stalled = now - self._beat - self.period
         if stalled >= self.threshold:
             self.stats.max_stall_ms = max(self.stats.max_stall_ms, round(stalled * 1000, 1))
+            METRICS.loop_stalls.observe(stalled)
         self._beat = now
         self._handle = loop.call_later(self.period, self._tick, loop)
 

@@ -8,8 +8,16 @@ from collections.abc import Iterator
 from aiortc import RTCConfiguration
 
 from gateway.runtime.gc_policy import GcPolicy
-from gateway.session.session import Session, SessionOptions
+from gateway.runtime.metrics import METRICS
+from gateway.session.options import SessionOptions
+from gateway.session.session import Session, new_session_id
 from gateway.speech.phrase_cache import PhraseCache
+
+#: Close reasons counted by name in the metrics (any other is counted as "other").
+CLOSE_REASONS = frozenset({
+    "deleted", "deleted by client", "peer connection failed", "peer connection closed",
+    "never connected", "gateway shutting down", "idle", "draining",
+})
 
 
 class SessionLimitReached(Exception):
@@ -23,6 +31,7 @@ class SessionRegistry:
         options: SessionOptions,
         max_sessions: int = 100,
         phrase_cache: PhraseCache | None = None,
+        id_prefix: str = "",
     ) -> None:
         self.rtc_config = rtc_config
         self.options = options
@@ -32,6 +41,7 @@ class SessionRegistry:
         self._sessions: dict[str, Session] = {}
         self._creating = 0
         self.created_total = 0
+        self.id_prefix = id_prefix  # names this worker in its session ids (scale-out)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -44,23 +54,36 @@ class SessionRegistry:
 
     async def create(self, offer_sdp: str) -> tuple[Session, str]:
         if len(self._sessions) + self._creating >= self.max_sessions:
+            METRICS.sessions_rejected.labels("session_limit").inc()
             raise SessionLimitReached(f"the gateway is at its cap of {self.max_sessions} sessions")
         self._creating += 1
         try:
             session, answer = await Session.create(
                 offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
-                phrase_cache=self.phrase_cache,
+                phrase_cache=self.phrase_cache, session_id=new_session_id(self.id_prefix),
             )
         finally:
             self._creating -= 1
         self._sessions[session.id] = session
         self.created_total += 1
+        METRICS.sessions_created.inc()
+        METRICS.send.track(session.webrtc)
         self.gc.freeze()  # the session's long-lived objects leave the collector's sight
         return session, answer
 
     def _forget(self, session: Session) -> None:
         if self._sessions.pop(session.id, None) is not None:
+            reason = session.close_reason or "closed"
+            METRICS.sessions_closed.labels(reason if reason in CLOSE_REASONS else "other").inc()
+            METRICS.send.fold(session.webrtc)
             self.gc.session_closed(len(self._sessions))
+
+    def count_by_state(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for session in self._sessions.values():
+            state = session.webrtc.pc.connectionState
+            counts[state] = counts.get(state, 0) + 1
+        return counts
 
     async def close(self, session_id: str) -> bool:
         session = self._sessions.get(session_id)

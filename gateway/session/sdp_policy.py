@@ -49,6 +49,13 @@ class OfferSummary:
     audio_index: int
     offered_feedback: tuple[str, ...]
     media_kinds: tuple[str, ...]
+    audio_direction: str = "sendrecv"  # the offerer's: sendrecv (a microphone) or recvonly
+
+
+def answer_direction(offer: OfferSummary, uplink: bool) -> str:
+    """Our audio direction: ``sendrecv`` only when the offer sends audio and the gateway is to
+    hear it (``uplink``); otherwise ``sendonly`` (a listener costs nothing extra)."""
+    return "sendrecv" if uplink and offer.audio_direction == "sendrecv" else "sendonly"
 
 
 def inspect_offer(sdp_text: str) -> OfferSummary:
@@ -83,6 +90,7 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
                     audio_index=index,
                     offered_feedback=tuple(fb.type for fb in codec.rtcpFeedback),
                     media_kinds=kinds,
+                    audio_direction=media.direction or "sendrecv",
                 )
         raise SdpRejected(
             "no_opus", "the audio section offers no opus/48000 codec; the gateway sends only Opus"

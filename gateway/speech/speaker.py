@@ -1,8 +1,9 @@
-"""Utterances and the per-session speaker that turns them into queued Opus frames.
+"""The per-conversation speaker: turns utterances into encoded Opus frames, made once.
 
 Data flows one way: text -> synthesizer (PCM, any rate) -> re-joined samples -> 24 kHz ->
-20 ms frames -> Opus (encoded once) -> the bounded FrameQueue -> the paced track. The queue's
-bound is the backpressure: synthesis is read only as fast as playout drains it.
+20 ms frames -> Opus (encoded once) -> the ``FrameFanout`` -> every attached sink (the paced RTP
+stream of a WebRTC leg, an HTTP stream ...). The sinks' bounded queues are the backpressure:
+synthesis is read only as fast as the slowest blocking sink drains (media/fanout.py).
 """
 
 from __future__ import annotations
@@ -11,127 +12,25 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any
 
-from gateway.media.frame_queue import FrameQueue
+from gateway.media.fanout import FrameFanout
 from gateway.media.framer import Framer, SampleAligner
-from gateway.media.frames import EncodedFrame
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.media.resample import Resampler
+from gateway.media.resample import RateFollower
+from gateway.runtime.metrics import METRICS
 from gateway.runtime.worker_pool import WorkerPool, encoder_pool
-from gateway.speech.phrase_cache import CachedPhrase, PhraseCache, PhraseKey, PhraseRecorder
+from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
 from gateway.tts.base import SynthesisError, Synthesizer
 
 log = logging.getLogger(__name__)
 
 ENCODE_BATCH = 10  # frames per trip to the encoder threads (200 ms of audio)
 
-
-class UtteranceState(StrEnum):
-    QUEUED = "queued"
-    SYNTHESIZING = "synthesizing"
-    PLAYING = "playing"
-    DONE = "done"
-    INTERRUPTED = "interrupted"
-    FAILED = "failed"
-
-
-FINAL_STATES = (UtteranceState.DONE, UtteranceState.INTERRUPTED, UtteranceState.FAILED)
-
-
-@dataclass(eq=False)
-class Utterance:
-    text: str
-    voice: str
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    state: UtteranceState = UtteranceState.QUEUED
-    error: str | None = None
-    created_at: float = field(default_factory=time.monotonic)
-    first_pcm_at: float | None = None
-    first_frame_queued_at: float | None = None
-    first_sent_at: float | None = None
-    finished_at: float | None = None
-    frames_encoded: int = 0
-    cached: bool = False  # served from the phrase cache: no synthesis, no encoding
-    frames_sent: int = 0
-    total_frames: int | None = None  # known once synthesis has ended
-    first_seq: int | None = None
-    last_seq: int | None = None
-    first_timestamp: int | None = None
-    on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
-    _finished: asyncio.Event | None = field(default=None, repr=False)
-    chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
-
-    def __post_init__(self) -> None:
-        self.chars = len(self.text)
-
-    @property
-    def finished(self) -> asyncio.Event:
-        """Set once the utterance is in a final state. Made on first use: an Event costs
-        ≈0.75 KB and a session lists up to ``history`` utterances nobody waits on."""
-        if self._finished is None:
-            self._finished = asyncio.Event()
-            if self.state in FINAL_STATES:
-                self._finished.set()
-        return self._finished
-
-    def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None:
-        if self.first_sent_at is None:
-            self.first_sent_at = at
-            self.first_seq = seq
-            self.first_timestamp = timestamp
-            if self.state is UtteranceState.SYNTHESIZING:
-                self.state = UtteranceState.PLAYING
-        self.frames_sent += 1
-        self.last_seq = seq
-        if self.total_frames is not None and self.frames_sent >= self.total_frames:
-            self.finish(UtteranceState.DONE)
-
-    def finish(self, state: UtteranceState, error: str | None = None) -> None:
-        if self.state in FINAL_STATES:
-            return
-        self.state = state
-        self.error = error
-        self.text = ""  # see ``chars``
-        self.finished_at = time.monotonic()
-        if self._finished is not None:
-            self._finished.set()
-        if self.on_finish is not None:
-            self.on_finish(self)
-
-    def as_json(self) -> dict[str, Any]:
-        def ms(t: float | None) -> float | None:
-            return None if t is None else round((t - self.created_at) * 1000, 3)
-
-        return {
-            "id": self.id,
-            "voice": self.voice,
-            "state": self.state.value,
-            "error": self.error,
-            "chars": self.chars,
-            "frames_encoded": self.frames_encoded,
-            "cached": self.cached,
-            "frames_sent": self.frames_sent,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "first_timestamp": self.first_timestamp,
-            "latency_ms": {
-                "first_pcm": ms(self.first_pcm_at),
-                "first_frame_queued": ms(self.first_frame_queued_at),
-                "first_sent": ms(self.first_sent_at),
-                "finished": ms(self.finished_at),
-            },
-            "server_overhead_ms": (
-                None
-                if self.first_pcm_at is None or self.first_sent_at is None
-                else round((self.first_sent_at - self.first_pcm_at) * 1000, 3)
-            ),
-        }
+__all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Utterance",
+           "UtteranceState"]
 
 
 class SpeechQueueFull(Exception):
@@ -143,7 +42,7 @@ class Speaker:
 
     def __init__(
         self,
-        frames: FrameQueue,
+        frames: FrameFanout,
         settings: EncoderSettings,
         max_pending: int = 32,
         history: int = 64,
@@ -193,13 +92,15 @@ class Speaker:
             cut += 1
         if self._current_task is not None and not self._current_task.done():
             self._current_task.cancel()
-        dropped = self.frames.clear()
-        owners = {f.owner for f in dropped if f.owner is not None}
+        cut_off: dict[str, Utterance] = {}
+        for owner in self.frames.clear():
+            if isinstance(owner, Delivery):
+                cut_off[owner.utterance.id] = owner.utterance
         if self._current is not None:
-            owners.add(self._current)
-        for owner in owners:
-            if isinstance(owner, Utterance) and owner.state not in FINAL_STATES:
-                self._finish(owner, UtteranceState.INTERRUPTED)
+            cut_off[self._current.id] = self._current
+        for utterance in cut_off.values():
+            if utterance.state not in FINAL_STATES:
+                self._finish(utterance, UtteranceState.INTERRUPTED)
                 cut += 1
         return cut
 
@@ -236,6 +137,7 @@ class Speaker:
 
     def _on_final(self, utterance: Utterance) -> None:
         self.counts[utterance.state.value] += 1
+        METRICS.utterances.labels(utterance.state.value).inc()
         recording = self._recordings.pop(utterance, None)
         if recording is not None and self.cache is not None:
             if utterance.state is UtteranceState.DONE:  # complete, not cut, not failed
@@ -291,24 +193,26 @@ class Speaker:
         self.encoders_created += 1
         aligner = SampleAligner()
         framer = Framer(FRAME_SAMPLES)
-        resampler: Resampler | None = None
+        resampler = RateFollower()
         index = 0
+        started = time.monotonic()
         try:
             async with contextlib.aclosing(voice.stream(utterance.text)) as chunks:
                 async for chunk in chunks:
                     if utterance.first_pcm_at is None:
                         utterance.first_pcm_at = time.monotonic()
-                    if resampler is None or resampler.in_rate != chunk.sample_rate:
-                        resampler = Resampler(chunk.sample_rate)
-                    samples = resampler.push(aligner.push(chunk.data))
+                        METRICS.tts_first_chunk.labels(type(voice).__name__).observe(
+                            utterance.first_pcm_at - started
+                        )
+                    samples = resampler.push(aligner.push(chunk.data), chunk.sample_rate)
                     frames = framer.push(samples)
                     index = await self._emit(utterance, encoder, frames, index, recorder)
         except SynthesisError as exc:
             log.warning("utterance %s: %s", utterance.id, exc)
             self._finish(utterance, UtteranceState.FAILED, str(exc))
             return
-        tail = resampler.flush() if resampler is not None else None
-        frames = framer.push(tail) if tail is not None and tail.size else []
+        tail = resampler.flush()
+        frames = framer.push(tail) if tail.size else []
         index = await self._emit(utterance, encoder, frames + framer.flush(), index, recorder)
         if key is not None and recorder is not None:
             self._recordings[utterance] = (key, recorder)
@@ -324,10 +228,9 @@ class Speaker:
             await self.frames.extend(frames[1:], utterance, first_index=1)
         self._all_queued(utterance, len(frames))
 
-    def _all_queued(self, utterance: Utterance, count: int) -> None:
-        utterance.total_frames = count
-        if utterance.frames_sent >= count:  # nothing left in flight (or nothing at all)
-            self._finish(utterance, UtteranceState.DONE)
+    @staticmethod
+    def _all_queued(utterance: Utterance, count: int) -> None:
+        utterance.all_queued(count)  # DONE once every sink has sent what it got
 
     async def _emit(
         self,
@@ -365,7 +268,7 @@ class Speaker:
         return index
 
     async def _put(self, utterance: Utterance, payload: bytes, index: int) -> None:
-        await self.frames.put(EncodedFrame(payload, utterance, index))
+        await self.frames.extend((payload,), utterance, index)
         if utterance.first_frame_queued_at is None:
             utterance.first_frame_queued_at = time.monotonic()
 

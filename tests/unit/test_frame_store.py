@@ -1,19 +1,17 @@
-from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from gateway.media.frame_store import FrameStore
 from gateway.media.frames import EncodedFrame
-
-
-@dataclass
-class Pkt:
-    sequence_number: int
-    timestamp: int
-    payload: bytes = b""
+from gateway.media.opus_codec import silence_packet
+from gateway.media.rtp_sink import RtpSink
+from gateway.media.track import SenderHistory
 
 
 class Owner:
+    cancelled = False
+
     def __init__(self):
         self.sent = []
 
@@ -24,11 +22,11 @@ class Owner:
 def fill(store: FrameStore, start: int, count: int) -> None:
     for i in range(count):
         seq = (start + i) & 0xFFFF
-        store[seq] = Pkt(seq, i * 960, bytes([i & 0xFF]))
+        store.record_sent(seq, i * 960, bytes([i & 0xFF]), None)
 
 
 def test_keeps_exactly_the_newest_250():
-    store = FrameStore(250)
+    store = batch_store()
     fill(store, 100, 1000)
     newest = (100 + 999) & 0xFFFF
     assert store.lookup(newest).seq == newest
@@ -39,23 +37,51 @@ def test_keeps_exactly_the_newest_250():
 
 
 def test_wraps_across_65535():
-    store = FrameStore(250)
+    store = batch_store()
     fill(store, 65500, 100)  # 65500..65535, 0..63
     assert store.lookup(65535).seq == 65535
     assert store.lookup(0).seq == 0 and store.lookup(63).seq == 63
     assert store.lookup(65500).seq == 65500
     assert store.lookup(64) is None
-    assert store.get(65535).sequence_number == 65535  # aiortc's mapping protocol
 
 
-def test_attributes_the_packet_to_the_frame_the_track_handed_over():
-    store = FrameStore()
+def aiortc_packet(seq, ts, payload=b"\x68", ast=5):
+    return SimpleNamespace(sequence_number=seq, timestamp=ts, payload=payload,
+                           extensions=SimpleNamespace(abs_send_time=ast))
+
+
+def test_aiortc_history_attributes_the_packet_to_the_frame_the_track_handed_over():
+    store = batch_store()
+    history = SenderHistory(RtpSink(store=store, queue=None, silence=b"", ticker=None,
+                                    pacer=object()))
     owner = Owner()
-    store.next_frame = EncodedFrame(b"x", owner, index=7)
-    store[5] = Pkt(5, 4800)
-    store[6] = Pkt(6, 5760)  # silence: no frame handed over
+    history.next_frame = EncodedFrame(b"x", owner, index=7)
+    history[5 % 128] = aiortc_packet(5, 4800, b"x")
+    history[6] = aiortc_packet(6, 5760)  # silence: no frame handed over
     assert owner.sent == [(7, 5, 4800)]
     assert store.lookup(5).frame.index == 7 and store.lookup(6).frame is None
+    assert store.lookup(5).payload == b"x"
+    assert history.get(5) is None  # aiortc never resends: our Retransmitter answers NACKs
+
+
+def test_aiortc_history_survives_a_failing_owner():
+    class Failing(Owner):
+        def on_frame_sent(self, index, seq, timestamp, at):
+            raise RuntimeError("boom")
+
+    store = batch_store()
+    sink = RtpSink(store=store, queue=None, silence=silence_packet(), ticker=None, pacer=object())
+    history = SenderHistory(sink)
+    history.next_frame = EncodedFrame(b"x", Failing(), index=0)
+    history[1] = aiortc_packet(1, 960)  # must not raise into aiortc's send loop
+    history[2] = aiortc_packet(2, 1920)
+    assert sink.stats.send_errors == 1 and store.lookup(2) is not None
+
+
+def test_lookup_needs_the_header_template():
+    store = FrameStore()
+    store.record_sent(1, 960, b"x", None)
+    assert store.lookup(1) is None  # no send path has started: nothing to rebuild from
 
 
 def test_capacity_bounds():

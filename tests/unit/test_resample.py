@@ -27,3 +27,17 @@ def test_same_rate_is_passthrough():
 def test_bad_rate():
     with pytest.raises(ValueError):
         Resampler(0)
+
+
+def test_a_rate_change_keeps_the_old_rates_tail():
+    import numpy as np
+
+    from gateway.media.resample import RateFollower
+
+    follower = RateFollower()
+    half_22k = np.full(11025, 1000, dtype=np.int16)  # 0.5 s at 22050 Hz
+    half_24k = np.full(12000, 1000, dtype=np.int16)  # 0.5 s at 24000 Hz (passthrough)
+    out = [follower.push(half_22k, 22050), follower.push(half_24k, 24000), follower.flush()]
+    total = sum(o.size for o in out)
+    assert abs(total - 24000) <= 2  # replacing the converter without a flush lost its delay
+    assert follower.push(half_24k, 24000).size == 12000

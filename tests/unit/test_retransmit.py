@@ -77,16 +77,32 @@ def test_state_forgotten_after_idle_and_bounded():
     assert decisions(r.handle_nack([49], 5.0)) == [(49, H)]
 
 
-def test_miss_clears_state_and_forget():
+def test_misses_back_off_like_hits_and_forget_resets():
     store = DictStore([3])
     r = NackResponder(store)
     r.handle_nack([3], 0.0)
     del store.packets[3]
-    assert decisions(r.handle_nack([3], 0.001)) == [(3, M)]
+    assert decisions(r.handle_nack([3], 0.001)) == [(3, R)]  # answered 1 ms ago
+    assert decisions(r.handle_nack([3], 0.041)) == [(3, M)]
+    # a miss asked for again and again is concealed a handful of times, not once per NACK
+    answered = [d for t in range(1, 200) for _, d in decisions(r.handle_nack([3], 0.041 + t / 100))
+                if d is not R]
+    assert 1 <= len(answered) <= 6
     store.packets[3] = "new"
-    assert decisions(r.handle_nack([3], 0.002)) == [(3, H)]
     r.forget(3)
-    assert decisions(r.handle_nack([3], 0.003)) == [(3, H)]
+    assert decisions(r.handle_nack([3], 3.0)) == [(3, H)]
+
+
+def test_per_second_cap_bounds_a_storm_of_new_sequence_numbers():
+    r = NackResponder(DictStore(range(2000)), max_answers_per_s=100)
+    first = r.handle_nack(range(0, 1000), 0.0)  # one NACK asking for 1000 packets
+    assert sum(o.decision is H for o in first) == 100
+    assert r.counters.capped == 900
+    later = r.handle_nack(range(1000, 1100), 0.5)  # half a second refills 50 answers
+    assert sum(o.decision is H for o in later) == 50
+    # misses count against the cap too
+    misses = NackResponder(DictStore(), max_answers_per_s=10).handle_nack(range(50), 0.0)
+    assert sum(o.decision is M for o in misses) == 10
 
 
 def test_handle_packet_parses_wrap_and_counts_malformed():
@@ -106,19 +122,19 @@ def test_constructor_validation():
         NackResponder(DictStore(), initial_backoff_s=2.0, max_backoff_s=1.0)
     with pytest.raises(ValueError):
         NackResponder(DictStore(), max_tracked=0)
+    with pytest.raises(ValueError):
+        NackResponder(DictStore(), max_answers_per_s=0)
 
 
 def test_works_with_frame_store_protocol():
     frame_store = pytest.importorskip("gateway.media.frame_store")
 
-    class Pkt:
-        def __init__(self, seq):
-            self.sequence_number = seq
-            self.timestamp = seq * 960
+    from gateway.media.rtp_header import RtpHeaderTemplate
 
     store = frame_store.FrameStore(capacity=4, clock=lambda: 0.0)
+    store.header = RtpHeaderTemplate(bytes([0x80, 111]) + bytes(10), None)
     for seq in (65534, 65535, 0, 1):
-        store.record(Pkt(seq))
+        store.record_sent(seq, seq * 960, b"\x68", None)
     out = NackResponder(store).handle_nack([65535, 0, 65530], 0.0)
     assert decisions(out) == [(65535, H), (0, H), (65530, M)]
     assert out[0].packet.seq == 65535

@@ -1,0 +1,108 @@
+"""The one RTP send interface both send paths share.
+
+An ``RtpSink`` is what a WebRTC leg's outgoing audio is made of, whatever moves the bytes: the
+bounded frame queue the fan-out fills, the 5 s frame store NACKs are answered from, the stream's
+absolute 20 ms schedule (``PacingClock`` on the process-wide tick grid), the keep-alive silence
+sent between utterances, the send counters and the test-only loss of first transmissions. A
+*transmitter* drives it:
+
+- ``BatchStream`` (media/batch_sender.py, the default): a tick callback builds, protects and
+  sends the packet itself;
+- ``PassthroughOpusTrack`` (media/track.py): aiortc's own send loop pulls ``av.Packet`` objects
+  from the sink through a custom track (the design card's custom track, kept as a comparison).
+
+Each releases a slot with ``take_slot`` (the same function), records what it sent in the same
+store and answers NACKs through the same ``Retransmitter``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.frame_store import FrameStore
+from gateway.media.frames import FrameOwner
+from gateway.media.opus_codec import FRAME_MS
+from gateway.media.pacer import PacingClock
+from gateway.media.ticker import Ticker
+
+
+@dataclass(slots=True)
+class SendStats:
+    frames_sent: int = 0
+    speech_frames: int = 0
+    silence_frames: int = 0
+    bytes_sent: int = 0  # payload bytes of first transmissions
+    send_errors: int = 0  # ticks whose send raised (logged; the stream carries on)
+    async_sends: int = 0  # packets that took aiortc's async path (no direct socket: TURN)
+    async_dropped: int = 0  # ... dropped because too many such sends were already pending
+    test_dropped: int = 0  # first transmissions lost on purpose (test-only option)
+
+
+def take_slot(
+    queue: FrameQueue,
+    pacer: PacingClock,
+    stats: SendStats,
+    silence: bytes,
+    now: float | None = None,
+) -> tuple[bytes, FrameOwner | None, int, int]:
+    """Release the next slot (at clock reading ``now``, if the caller has one): the payload to
+    send, the owner and index of the queued frame it carries (None, 0: keep-alive silence) and
+    the slot's index. Builds no object."""
+    fields = queue.pop_fields()
+    slot = pacer.release(now)
+    stats.frames_sent += 1
+    if fields is None:
+        stats.silence_frames += 1
+        stats.bytes_sent += len(silence)
+        return silence, None, 0, slot
+    stats.speech_frames += 1
+    payload, owner, index = fields
+    stats.bytes_sent += len(payload)
+    return payload, owner, index, slot
+
+
+class RtpSink:
+    __slots__ = ("drop_first_tx", "pacer", "queue", "silence", "stats", "store", "ticker")
+
+    def __init__(
+        self,
+        queue: FrameQueue,
+        store: FrameStore,
+        silence: bytes,
+        ticker: Ticker | None,
+        pacer: PacingClock | None = None,
+    ) -> None:
+        """``ticker``: the process-wide tick grid (None only for a pull-driven sink whose
+        ``pacer`` sleeps by itself, as tests with a virtual clock use it)."""
+        self.queue = queue
+        self.store = store
+        self.silence = silence
+        self.ticker = ticker
+        if pacer is None:
+            assert ticker is not None, "a sink needs a ticker or its own pacer"
+            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.now, align=ticker.align)
+        self.pacer = pacer
+        self.stats = SendStats()
+        self.drop_first_tx: Callable[[bytes], bool] | None = None
+
+    def take_slot(self, now: float | None = None) -> tuple[bytes, FrameOwner | None, int, int]:
+        return take_slot(self.queue, self.pacer, self.stats, self.silence, now)
+
+    def lose_first_transmissions(self, percent: float, seed: int | None = None) -> None:
+        """TEST ONLY: lose ``percent`` % of first transmissions (retransmissions are not
+        affected); counted in ``stats.test_dropped``. Both transmitters apply this filter."""
+        rng = random.Random(seed)
+        stats = self.stats
+
+        def drop(data: bytes) -> bool:
+            if len(data) > 1 and 192 <= data[1] <= 223:  # RTCP (should not come this way)
+                return False
+            if rng.random() * 100 < percent:
+                stats.test_dropped += 1
+                return True
+            return False
+
+        self.drop_first_tx = drop

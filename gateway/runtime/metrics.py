@@ -1,0 +1,146 @@
+"""The process's one metrics registry (prometheus-client), read by /healthz and /metrics.
+
+Counters are incremented where the events happen (a session created or closed, an utterance
+ending, a NACK answered, a GC pause, a loop stall) and never go backwards: what a session counts
+per packet (its RTP sink's and NACK responder's plain ints, read for ``GET /v1/sessions/{id}``)
+is folded into process totals when it closes, and a collector adds the live sessions' counts at
+scrape time (``SendTotals``), so the hot path pays no per-packet metric call.
+
+Names follow Prometheus practice: the ``voice_gateway_`` prefix, base units (seconds, bytes),
+``_total`` counters, no per-session labels; histogram buckets sized for milliseconds.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+NAMESPACE = "voice_gateway"
+disable_created_metrics()  # no *_created series: this process owns its registry
+#: Seconds: 1 ms .. 5 s, dense where media latency lives (the library default starts at 5 ms).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.1, 0.12, 0.15, 0.2,
+                   0.3, 0.5, 0.8, 1.0, 2.0, 5.0)
+#: Seconds: loop stalls and GC pauses, 0.5 ms .. 1 s.
+PAUSE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+
+#: Send-side counters a live session keeps as plain ints (name -> help).
+SEND_COUNTERS = {
+    "rtp_packets_sent": "RTP packets sent (first transmissions: speech and keep-alive silence)",
+    "rtp_speech_packets_sent": "RTP packets sent that carried speech",
+    "rtp_bytes_sent": "RTP payload bytes sent (first transmissions)",
+    "nacks_received": "RTCP generic NACKs received",
+    "retransmissions": "Stored packets resent in answer to a NACK",
+    "concealments": "Concealment packets sent for NACKed packets no longer stored or cut off",
+    "nack_rate_limited": "NACKed sequence numbers not answered (back-off or per-second cap)",
+    "send_errors": "Send ticks or records that raised (the stream carried on)",
+}
+
+
+class SendCounts(Protocol):
+    def send_counts(self) -> dict[str, int]: ...
+
+
+class SendTotals:
+    """A collector: folded totals of closed sessions plus the live ones' counts."""
+
+    def __init__(self) -> None:
+        self._closed = dict.fromkeys(SEND_COUNTERS, 0)
+        self._live: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def track(self, source: SendCounts) -> None:
+        self._live.add(source)
+
+    def fold(self, source: SendCounts) -> None:
+        """``source`` has closed: its counts become part of the totals for good."""
+        if source in self._live:
+            self._live.discard(source)
+            for name, value in source.send_counts().items():
+                self._closed[name] += value
+
+    def totals(self) -> dict[str, int]:
+        out = dict(self._closed)
+        for source in list(self._live):
+            for name, value in source.send_counts().items():
+                out[name] += value
+        return out
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in self.totals().items():
+            family = CounterMetricFamily(f"{NAMESPACE}_{name}", SEND_COUNTERS[name])
+            family.add_metric([], value)
+            yield family
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+
+        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
+            return Counter(name, doc, labels, namespace=NAMESPACE, registry=r)
+
+        self.sessions_created = counter("sessions_created", "Sessions created")
+        self.sessions_closed = counter("sessions_closed", "Sessions closed, by reason", ("reason",))
+        self.sessions_rejected = counter(
+            "sessions_rejected", "Session requests refused, by code", ("code",)
+        )
+        self.utterances = counter("utterances", "Utterances ended, by final state", ("state",))
+        self.sessions = Gauge("sessions", "Live sessions, by state", ("state",),
+                              namespace=NAMESPACE, registry=r)
+        self.say_to_first_packet = Histogram(
+            "say_to_first_packet_seconds", "Speech request to its first frame sent",
+            namespace=NAMESPACE, registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.tts_first_chunk = Histogram(
+            "tts_first_chunk_seconds", "Synthesis start to the backend's first PCM, by backend",
+            ("backend",), namespace=NAMESPACE, registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.loop_stalls = Histogram(
+            "loop_stall_seconds", "Event-loop stalls over --stall-warn-ms",
+            namespace=NAMESPACE, registry=r, buckets=PAUSE_BUCKETS,
+        )
+        self.gc_pauses = Histogram(
+            "gc_pause_seconds", "Garbage-collection pauses, by generation", ("generation",),
+            namespace=NAMESPACE, registry=r, buckets=PAUSE_BUCKETS,
+        )
+        self.send = SendTotals()
+        r.register(self.send)  # type: ignore[arg-type]
+
+    def set_session_states(self, count_by_state: Callable[[], dict[str, int]]) -> None:
+        """Read live sessions by state at scrape time."""
+        self.sessions.clear()
+        for state, n in count_by_state().items():
+            self.sessions.labels(state).set(n)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The counters /healthz shows (the same numbers /metrics exposes)."""
+
+        def by_label(c: Counter) -> dict[str, float]:
+            return {
+                s.labels[next(iter(s.labels))] if s.labels else "": s.value
+                for m in c.collect() for s in m.samples if s.name.endswith("_total")
+            }
+
+        return {
+            "sessions_created_total": _value(self.sessions_created),
+            "sessions_closed_total": by_label(self.sessions_closed),
+            "utterances_total": by_label(self.utterances),
+            **{f"{k}_total": v for k, v in self.send.totals().items()},
+        }
+
+
+def _value(counter: Counter) -> float:
+    return next(s.value for m in counter.collect() for s in m.samples if s.name.endswith("_total"))
+
+
+METRICS = Metrics()

@@ -1,0 +1,45 @@
+"""A conversation: what a session says (and, next, hears), with no transport in it.
+
+It owns the speaker (utterances -> encoded frames, made once) and the fan-out those frames leave
+through. Legs attach to it: a WebRTC leg's RTP stream is a BLOCK sink (it plays the
+conversation: synthesis waits for it), an HTTP listener a DROP sink (never slows the others).
+The full-duplex loop (VAD, ASR, the agent) joins here next, fed by a leg's uplink.
+"""
+
+from __future__ import annotations
+
+from gateway.media.fanout import FrameFanout, SinkPolicy, SinkPort
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.opus_codec import EncoderSettings
+from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.speaker import Speaker
+from gateway.speech.utterance import Utterance
+from gateway.tts.base import Synthesizer
+
+
+class Conversation:
+    def __init__(
+        self,
+        settings: EncoderSettings,
+        max_pending_utterances: int = 32,
+        phrase_cache: PhraseCache | None = None,
+    ) -> None:
+        self.fanout = FrameFanout()
+        self.speaker = Speaker(
+            self.fanout, settings, max_pending_utterances, cache=phrase_cache
+        )
+
+    def attach_sink(self, name: str, queue: FrameQueue, policy: SinkPolicy) -> SinkPort:
+        return self.fanout.attach(name, queue, policy)
+
+    def detach_sink(self, name: str) -> None:
+        self.fanout.detach(name)
+
+    def say(self, text: str, voice: Synthesizer, interrupt: bool = False) -> Utterance:
+        return self.speaker.say(text, voice, interrupt=interrupt)
+
+    def interrupt(self) -> int:
+        return self.speaker.interrupt()
+
+    async def close(self) -> None:
+        await self.speaker.close()

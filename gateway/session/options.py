@@ -1,0 +1,22 @@
+"""What every session of a gateway is made with (from the command line, gateway/config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.media.opus_codec import EncoderSettings
+
+
+@dataclass(frozen=True, slots=True)
+class SessionOptions:
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
+    queue_frames: int = 50  # ≈1 s of audio between encoder and track
+    store_frames: int = 250  # 5 s of sent packets kept for retransmission
+    max_pending_utterances: int = 32
+    connect_timeout_s: float = 30.0  # a session that never connects is reaped
+    answer_nack: bool = True  # a=rtcp-fb:<pt> nack in the answer (off only to compare, in tests)
+    test_drop_first_tx_percent: float = 0.0  # TEST ONLY: lose this share of first transmissions
+    test_drop_seed: int | None = None
+    send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
+    release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
+    uplink: bool = False  # answer sendrecv offers sendrecv and hear the user (full duplex, next)

@@ -1,0 +1,187 @@
+"""The WebRTC leg of a session: one peer connection carrying the conversation's audio.
+
+It owns the peer connection and the RTP side of the media path -- the ``RtpSink`` (frame queue,
+5 s frame store, pacing, silence, counters), its transmitter (the batch path's tick callback or
+aiortc's loop through the passthrough track) and the NACK ``Retransmitter`` -- and attaches the
+sink's queue to the conversation's fan-out as its BLOCK sink named ``rtp``. The audio direction
+is ``sendonly`` (a listener); ``sendrecv`` is answered once the session is to hear the user
+(``SessionOptions.uplink``, the full-duplex loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
+
+from gateway import aiortc_compat
+from gateway.media.batch_sender import BatchStream, ParkedTrack
+from gateway.media.fanout import SinkPolicy
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.frame_store import FrameStore
+from gateway.media.opus_codec import silence_packet
+from gateway.media.retransmission import Retransmitter
+from gateway.media.rtp_sink import RtpSink
+from gateway.media.ticker import shared_ticker
+from gateway.media.track import PassthroughOpusTrack
+from gateway.session.conversation import Conversation
+from gateway.session.options import SessionOptions
+from gateway.session.sdp_policy import OfferSummary, SdpRejected, answer_codec, answer_direction
+
+log = logging.getLogger(__name__)
+
+SINK_NAME = "rtp"
+
+
+class WebRtcLeg:
+    name = "webrtc"
+
+    def __init__(
+        self,
+        rtc_config: RTCConfiguration,
+        options: SessionOptions,
+        offer: OfferSummary,
+    ) -> None:
+        self.pc = RTCPeerConnection(rtc_config)
+        self.options = options
+        self.offer = offer
+        self.created_at = time.monotonic()
+        self.connected_at: float | None = None
+        self.connected = asyncio.Event()
+        self.dtls_released = False
+        self.direction = answer_direction(offer, options.uplink)
+        self.on_failed: Callable[[str], None] = lambda reason: None  # set by the session
+        self.queue = FrameQueue(options.queue_frames)
+        self.store = FrameStore(options.store_frames)
+        silence = silence_packet(options.encoder)
+        self.sink = RtpSink(self.queue, self.store, silence, shared_ticker())
+        if options.test_drop_first_tx_percent > 0:
+            self.sink.lose_first_transmissions(
+                options.test_drop_first_tx_percent, options.test_drop_seed
+            )
+        self.transmitter: BatchStream | PassthroughOpusTrack
+        self.track: MediaStreamTrack
+        if options.send_path == "batch":
+            self.transmitter = BatchStream(self.sink)
+            self.track = ParkedTrack(on_sender_started=self._start_batch)
+        else:
+            self.transmitter = self.track = PassthroughOpusTrack(self.sink)
+        self.retransmitter = Retransmitter(self.sink)
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._payload_type = offer.opus_payload_type
+
+    def attach(self, conversation: Conversation) -> None:
+        conversation.attach_sink(SINK_NAME, self.queue, SinkPolicy.BLOCK)
+
+    async def negotiate(self, offer_sdp: str) -> str:
+        """Answer ``offer_sdp`` (raises SdpRejected); the leg then waits for ICE and DTLS."""
+        pc = self.pc
+        transceiver = pc.addTransceiver(self.track, direction=self.direction)
+        try:
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
+        except Exception as exc:  # aiortc's ValueError, OperationError, InvalidStateError, ...
+            raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
+        codecs = aiortc_compat.negotiated_codecs(transceiver)
+        opus = answer_codec(codecs, nack=self.options.answer_nack)
+        aiortc_compat.pin_codecs(transceiver, [opus])
+        self._transceiver, self._payload_type = transceiver, opus.payloadType
+        if isinstance(self.transmitter, PassthroughOpusTrack):
+            self.transmitter.bind(transceiver.sender, opus.payloadType)
+        answer = await pc.createAnswer()
+        await pc.setLocalDescription(answer)
+        self.retransmitter.attach(transceiver.sender)
+        self._watch()
+        return pc.localDescription.sdp
+
+    def _start_batch(self) -> None:
+        assert isinstance(self.transmitter, BatchStream)
+        self.transmitter.start(self._transceiver.sender, self._payload_type)
+
+    def _watch(self) -> None:
+        @self.pc.on("connectionstatechange")
+        def on_state() -> None:
+            state = self.pc.connectionState
+            if state == "connected" and self.connected_at is None:
+                self.connected_at = time.monotonic()
+                if self._watchdog is not None:
+                    self._watchdog.cancel()
+                if self.options.release_dtls:
+                    transport = self._transceiver.sender.transport
+                    self.dtls_released = aiortc_compat.release_dtls(transport)
+                self.connected.set()
+            elif state in ("failed", "closed"):
+                self.on_failed(f"peer connection {state}")
+
+        self._watchdog = asyncio.get_running_loop().call_later(
+            self.options.connect_timeout_s, self._reap_if_never_connected
+        )
+
+    def _reap_if_never_connected(self) -> None:
+        if self.connected_at is None:
+            self.on_failed("never connected")
+
+    async def add_ice_candidates(self, candidates: list[Any], end: bool) -> None:
+        for candidate in candidates:
+            await self.pc.addIceCandidate(candidate)
+        if end:
+            await self.pc.addIceCandidate(None)
+
+    async def close(self) -> None:
+        """Stop sending and close the peer connection (each step runs whatever the others do)."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        try:
+            if isinstance(self.transmitter, BatchStream):
+                self.transmitter.stop()
+            self.track.stop()
+        finally:
+            await self.pc.close()
+
+    def send_counts(self) -> dict[str, int]:
+        """This leg's counters, named as the process metrics (runtime/metrics.py) name them."""
+        stats, nack = self.sink.stats, self.retransmitter.stats()
+        return {
+            "rtp_packets_sent": stats.frames_sent,
+            "rtp_speech_packets_sent": stats.speech_frames,
+            "rtp_bytes_sent": stats.bytes_sent,
+            "nacks_received": nack["nacks_received"],
+            "retransmissions": nack["hits"],
+            "concealments": nack["concealments_sent"],
+            "nack_rate_limited": nack["rate_limited"],
+            "send_errors": stats.send_errors,
+        }
+
+    def state(self) -> dict[str, Any]:
+        sink = self.sink
+        stats, pacer = sink.stats, sink.pacer.stats
+        return {
+            "connection_state": self.pc.connectionState,
+            "ice_connection_state": self.pc.iceConnectionState,
+            "direction": self.direction,
+            "dtls_released": self.dtls_released,
+            "connect_ms": (
+                None
+                if self.connected_at is None
+                else round((self.connected_at - self.created_at) * 1000, 1)
+            ),
+            "opus_payload_type": self._payload_type,
+            "packets_sent": stats.frames_sent,
+            "speech_frames_sent": stats.speech_frames,
+            "silence_frames_sent": stats.silence_frames,
+            "send_errors": stats.send_errors,
+            "async_sends": stats.async_sends,
+            "async_dropped": stats.async_dropped,
+            "queued_frames": len(self.queue),
+            "frame_store": {"size": len(self.store), "capacity": self.store.capacity},
+            "nack": self.retransmitter.stats(),
+            "pacer": {
+                "late_slots": pacer.late_slots,
+                "rebases": pacer.rebases,
+                "max_lateness_ms": round(pacer.max_lateness_s * 1000, 3),
+            },
+        }
