@@ -20,7 +20,9 @@ from gateway.tts.registry import VoiceRegistry
 async def serve(config: GatewayConfig) -> None:
     voices = VoiceRegistry.from_specs(config.voices)  # loads models once, before serving
     app = create_app(config, voices)
-    runner = web.AppRunner(app, access_log=None)
+    # handler_cancellation: a client that disconnects cancels its handler (an HTTP stream's
+    # synthesis stops at once, not at its next write)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()

@@ -43,6 +43,8 @@ class GatewayConfig:
     phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
     phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
     stall_warn_ms: float = 0.0  # log the loop's stack when it is blocked this long (0: off)
+    http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
+    live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -120,6 +122,17 @@ def build_parser() -> argparse.ArgumentParser:
                    default=int(_env("EXPECTED_LOSS", str(d.expected_loss)) or 0),
                    help="expected packet loss %% given to the Opus encoder (sizes FEC) "
                    "[GATEWAY_EXPECTED_LOSS]")
+    p.add_argument(
+        "--http-flush", choices=("adaptive", "frame"), default=_env("HTTP_FLUSH", d.http_flush),
+        help="HTTP streams: after the first frame, coalesce frames that are ready together up to "
+        "16 KB (RTT < 50 ms) or 32 KB (adaptive), or write every frame alone (frame) "
+        "[GATEWAY_HTTP_FLUSH]",
+    )
+    p.add_argument(
+        "--live-lead-ms", type=float, default=float(_env("LIVE_LEAD_MS", str(d.live_lead_ms))),
+        help="HTTP streams with pace=live: how much audio goes out ahead of real time "
+        "[GATEWAY_LIVE_LEAD_MS]",
+    )
     p.add_argument("--max-body-bytes", type=int,
                    default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes)) or 0),
                    help="largest request body accepted; larger gets 413 [GATEWAY_MAX_BODY_BYTES]")
@@ -173,6 +186,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
     args = build_parser().parse_args(argv)
+    if args.live_lead_ms < 0:
+        raise SystemExit("error: --live-lead-ms must be >= 0")
     voices = tuple(args.voices or ()) or tuple(
         v.strip() for v in (_env("VOICES", "") or "").split(";") if v.strip()
     )
@@ -200,4 +215,6 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         phrase_cache_mb=args.phrase_cache_mb,
         phrase_cache_dir=args.phrase_cache_dir,
         stall_warn_ms=args.stall_warn_ms,
+        http_flush=args.http_flush,
+        live_lead_ms=args.live_lead_ms,
     )

@@ -55,7 +55,7 @@ async def start_gateway() -> AsyncIterator[Callable[..., object]]:
             GatewayConfig(host=LOOPBACK, port=0, ice_hosts=(LOOPBACK,)), **overrides
         )
         app = create_app(config, voices or tone_voices())
-        runner = web.AppRunner(app)
+        runner = web.AppRunner(app, handler_cancellation=True)  # as gateway.cli runs it
         await runner.setup()
         site = web.TCPSite(runner, LOOPBACK, 0)
         await site.start()
@@ -83,7 +83,7 @@ async def connect(gateway: RunningGateway) -> AsyncIterator[Callable[[], object]
     clients: list[GatewayClient] = []
 
     async def make() -> GatewayClient:
-        client = GatewayClient(gateway.url, gateway.http)
+        client = GatewayClient(gateway.url, gateway.http, capture=True)  # tests read packets
         clients.append(client)
         await client.connect()
         return client

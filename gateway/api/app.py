@@ -9,6 +9,8 @@ from aiohttp import web
 from gateway import aiortc_compat
 from gateway.api.errors import json_errors
 from gateway.api.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
+from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
+from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
@@ -29,7 +31,13 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    app[STREAMING] = StreamDefaults(
+        encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
+        lead_s=config.live_lead_ms / 1000,
+    )
+    app[HTTP_STREAMS] = set()
     app.add_routes(routes)
+    app.add_routes(speech_routes)
     index = config.web_dir / "index.html"
     if index.exists():
 

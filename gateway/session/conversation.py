@@ -23,10 +23,12 @@ class Conversation:
         settings: EncoderSettings,
         max_pending_utterances: int = 32,
         phrase_cache: PhraseCache | None = None,
+        encode: bool = True,
     ) -> None:
+        """``encode=False``: the frames are 24 kHz PCM, not Opus (see ``Speaker``)."""
         self.fanout = FrameFanout()
         self.speaker = Speaker(
-            self.fanout, settings, max_pending_utterances, cache=phrase_cache
+            self.fanout, settings, max_pending_utterances, cache=phrase_cache, encode=encode
         )
 
     def attach_sink(self, name: str, queue: FrameQueue, policy: SinkPolicy) -> SinkPort:

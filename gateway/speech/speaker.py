@@ -48,12 +48,17 @@ class Speaker:
         history: int = 64,
         cache: PhraseCache | None = None,
         pool: WorkerPool | None = None,
+        encode: bool = True,
     ) -> None:
+        """``encode=False``: hand the sinks the 24 kHz PCM frames the encoder would take
+        (960 bytes of s16le per 20 ms) instead of Opus -- for outputs that are not Opus (an
+        HTTP response in mp3, wav, ...); no encoder, no phrase cache."""
         self.frames = frames
         self.settings = settings
+        self.encode = encode
         self.encoders_created = 0  # one per synthesized utterance (replays need none)
         self.pool: WorkerPool = pool or encoder_pool()
-        self.cache = cache if cache is not None and cache.enabled else None
+        self.cache = cache if encode and cache is not None and cache.enabled else None
         # Fully encoded utterances still playing out: stored in the cache once DONE.
         self._recordings: dict[Utterance, tuple[PhraseKey, PhraseRecorder]] = {}
         self.max_pending = max_pending
@@ -189,8 +194,10 @@ class Speaker:
         # A fresh encoder per synthesized utterance: no session holds libopus state (≈43 KB)
         # while idle or replaying, and a barge-in never waits for the lock of an encoder a
         # cancelled batch may still be using on a worker thread (73 µs to make one here).
-        encoder = OpusFrameEncoder(self.settings)
-        self.encoders_created += 1
+        encoder: OpusFrameEncoder | None = None
+        if self.encode:
+            encoder = OpusFrameEncoder(self.settings)
+            self.encoders_created += 1
         aligner = SampleAligner()
         framer = Framer(FRAME_SAMPLES)
         resampler = RateFollower()
@@ -235,7 +242,7 @@ class Speaker:
     async def _emit(
         self,
         utterance: Utterance,
-        encoder: OpusFrameEncoder,
+        encoder: OpusFrameEncoder | None,
         pcm_frames: list[bytes],
         index: int,
         recorder: PhraseRecorder | None,
@@ -250,6 +257,11 @@ class Speaker:
         overhead probes). The encoder is this utterance's own and batches are sequential, so it
         is never used from two threads at once.
         """
+        if encoder is None:  # PCM out: the frames themselves
+            for pcm in pcm_frames:
+                await self._put(utterance, pcm, index)
+                index += 1
+            return index
         done = 0
         while done < len(pcm_frames):
             if utterance.frames_encoded == 0:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -11,6 +13,9 @@ from gateway.tts.tone import ToneSynthesizer
 from tests.browser.conftest import connect, open_demo, speak, stats, wait_stats
 
 pytestmark = pytest.mark.browser
+
+WEB = Path(__file__).resolve().parents[2] / "web"
+JAVASCRIPT = ("text/javascript", "application/javascript")  # both JavaScript MIME types to browsers
 
 OPUS_FMTP_PINNED = ("maxplaybackrate=24000", "sprop-maxcapturerate=24000", "useinbandfec=1",
                     "stereo=0")
@@ -106,3 +111,21 @@ async def test_single_voice_needs_no_choice(start_gateway, page):
     await connect(page)
     utterance = await speak(page, "Hello.")
     assert utterance["voice"] == "only"
+
+
+async def test_page_is_es_modules_served_as_javascript(start_gateway, page):
+    """No build step: the page loads web/main.js as a module, which imports the rest. A module
+    served without a JavaScript MIME type is refused by the browser (and the page would never
+    become ready); every .js file in web/ is part of the page."""
+    gw = await start_gateway()
+    await open_demo(page, gw.url)
+    loaded = await page.evaluate(
+        "performance.getEntriesByType('resource').map(e => e.name).filter(n => n.endsWith('.js'))"
+    )
+    paths = {urlparse(url).path for url in loaded}
+    assert paths == {f"/web/{p.name}" for p in WEB.glob("*.js")}, paths
+    assert await page.eval_on_selector("script[src]", "s => s.type") == "module"
+    for path in sorted(paths):
+        async with gw.http.get(gw.url + path) as r:
+            assert r.status == 200, path
+            assert r.content_type in JAVASCRIPT, (path, r.content_type)

@@ -1,0 +1,197 @@
+"""The HTTP streaming routes: speech as a response body, each frame written as it exists.
+
+- ``POST /v1/audio/speech`` (JSON) and ``GET /v1/audio/speech?input=...``: OpenAI's audio.speech
+  contract (stream/openai_speech.py), so OpenAI SDKs and the OpenAI TTS plugins of LiveKit and
+  Pipecat work by changing the base URL. ``opus`` is Ogg/Opus carrying the very frames the
+  WebRTC path sends; ``pcm``/``wav``/``mp3``/``flac``/``aac`` are made from the same 24 kHz PCM.
+- ``POST /v1/speech/stream`` (JSON ``{text, voice, pace}``): the gateway's framed stream
+  (stream/frame_records.py) for its own client and the demo page.
+
+Each request is a conversation of its own with one HTTP leg (session/http_leg.py); phrase cache,
+backpressure and synthesis are the WebRTC path's. A client that goes away cancels synthesis (the
+handler is cancelled, or its next write fails) and closes the upstream TTS request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gateway.api.errors import ApiError
+from gateway.api.routes import CACHE, JSON, LIMITS, VOICES, _json_body, _require_type
+from gateway.media.opus_codec import EncoderSettings
+from gateway.session.conversation import Conversation
+from gateway.session.http_leg import HttpStreamLeg, StreamOptions
+from gateway.stream import formatters
+from gateway.stream.flush_policy import FlushPolicy, tcp_rtt_ms
+from gateway.stream.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
+from gateway.stream.openai_speech import (
+    MEDIA_TYPES,
+    SpeechRequest,
+    SpeechRequestError,
+    parse_speech_request,
+)
+from gateway.stream.transcode import supported_formats
+from gateway.tts.base import Synthesizer
+from gateway.tts.registry import UnknownVoice
+
+log = logging.getLogger(__name__)
+SEND_BUFFER_BYTES = 128 * 1024
+routes = web.RouteTableDef()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDefaults:
+    encoder: EncoderSettings
+    flush: FlushPolicy = "adaptive"
+    lead_s: float = 0.2
+
+
+STREAMING = web.AppKey("streaming", StreamDefaults)
+#: The HTTP legs writing now (for /healthz and tests): bounded by the connections served.
+HTTP_STREAMS = web.AppKey("http_streams", set)
+
+
+def _formatter(request: SpeechRequest, settings: EncoderSettings) -> formatters.FrameFormatter:
+    fmt, speed = request.response_format, request.speed
+    inner: formatters.FrameFormatter
+    if fmt == "opus":
+        inner = formatters.OggOpus() if speed == 1.0 else formatters.StretchedOggOpus(
+            speed, settings
+        )
+    else:
+        inner = formatters.Transcoded(fmt, MEDIA_TYPES[fmt], speed)
+    if request.stream_format == "sse":
+        return formatters.ServerSentEvents(inner, input_tokens=max(1, len(request.input) // 4))
+    return inner
+
+
+def _openai_error(exc: SpeechRequestError) -> web.Response:
+    return web.json_response(exc.error_body(), status=400)
+
+
+def _parse(request: web.Request, data: Any) -> SpeechRequest:
+    voices = request.app[VOICES]
+    return parse_speech_request(
+        data, voices=voices.names, default_voice=voices.default,
+        max_chars=request.app[LIMITS]["max_text_chars"], supported_formats=_formats(),
+    )
+
+
+def _formats() -> frozenset[str]:
+    return supported_formats() | {"opus"}
+
+
+@routes.post("/v1/audio/speech")
+async def openai_speech(request: web.Request) -> web.StreamResponse:
+    _require_type(request, JSON)
+    try:
+        speech = _parse(request, await request.read())
+    except SpeechRequestError as exc:
+        return _openai_error(exc)
+    return await _stream_speech(request, speech)
+
+
+@routes.get("/v1/audio/speech")
+async def openai_speech_get(request: web.Request) -> web.StreamResponse:
+    """The same, from the query string, so a plain ``<audio src>`` can play it."""
+    query: dict[str, Any] = dict(request.query)
+    if "speed" in query:
+        with contextlib.suppress(ValueError):
+            query["speed"] = float(query["speed"])
+    try:
+        speech = _parse(request, query)
+    except SpeechRequestError as exc:
+        return _openai_error(exc)
+    return await _stream_speech(request, speech)
+
+
+async def _stream_speech(request: web.Request, speech: SpeechRequest) -> web.StreamResponse:
+    defaults = request.app[STREAMING]
+    formatter = _formatter(speech, defaults.encoder)
+    voice = request.app[VOICES].get(speech.voice)
+    headers = {"X-Model": speech.model} if speech.model else {}
+    return await stream_response(
+        request, speech.input, voice, formatter, speech.pace, headers,
+    )
+
+
+@routes.post("/v1/speech/stream")
+async def frame_stream(request: web.Request) -> web.StreamResponse:
+    """``{text, voice?, pace?}`` -> the framed Opus stream (stream/frame_records.py)."""
+    _require_type(request, JSON)
+    body = await _json_body(request)
+    text, voice_name, pace = body.get("text"), body.get("voice"), body.get("pace", "asap")
+    limit = request.app[LIMITS]["max_text_chars"]
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if len(text) > limit:
+        raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
+    if pace not in ("asap", "live"):
+        raise ApiError(400, "invalid_pace", "pace must be 'asap' or 'live'")
+    voices = request.app[VOICES]
+    if voice_name is not None and not isinstance(voice_name, str):
+        raise ApiError(400, "invalid_voice", "voice must be a string")
+    try:
+        voice = voices.get(voice_name)
+    except UnknownVoice as exc:
+        raise ApiError(
+            400, "unknown_voice", f"no voice {voice_name!r}; available: {', '.join(voices.names)}"
+        ) from exc
+    return await stream_response(request, text, voice, formatters.FrameRecords(), pace)
+
+
+async def stream_response(
+    request: web.Request,
+    text: str,
+    voice: Synthesizer,
+    formatter: formatters.FrameFormatter,
+    pace: str,
+    headers: dict[str, str] | None = None,
+) -> web.StreamResponse:
+    defaults = request.app[STREAMING]
+    conversation = Conversation(
+        defaults.encoder, max_pending_utterances=1,
+        phrase_cache=None if formatter.needs_pcm else request.app[CACHE],
+        encode=not formatter.needs_pcm,
+    )
+    transport = request.transport
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is not None:
+        # A stalled reader holds at most this much in the kernel too (autotuning would let a
+        # send buffer grow to megabytes per stream); 128 KB carries PCM at 100 ms RTT 25x over.
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+    options = StreamOptions(pace=pace, lead_s=defaults.lead_s, flush=defaults.flush)  # type: ignore[arg-type]
+    leg = HttpStreamLeg(conversation, formatter, options, rtt_ms=tcp_rtt_ms(sock))
+    response = web.StreamResponse(headers={
+        "Content-Type": formatter.media_type,
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+        **(headers or {}),
+    })
+    response.enable_chunked_encoding()
+    streams: set[HttpStreamLeg] = request.app[HTTP_STREAMS]
+    streams.add(leg)
+    try:
+        utterance = conversation.say(text, voice)
+        await response.prepare(request)
+        await leg.run(utterance, response.write)
+        await response.write_eof()
+    except (ConnectionResetError, ConnectionError) as exc:
+        log.info("HTTP stream ended by the client: %r", exc)
+    finally:
+        streams.discard(leg)
+        leg.close()
+        await conversation.close()  # cancels synthesis, closes the upstream request
+    return response
+
+
+__all__ = [
+    "FRAMES_MEDIA_TYPE", "HTTP_STREAMS", "STREAMING", "StreamDefaults", "routes", "stream_response",
+]
