@@ -223,3 +223,17 @@ async def test_a_broken_session_does_not_affect_another(gateway, connect):
     result = await healthy.say("still here", voice="tone")
     state = await healthy.wait_utterance(result.utterance["id"])
     assert state["state"] == "done" and state["frames_sent"] == 50
+
+
+async def test_wait_sent_returns_once_the_first_frame_is_out(gateway, connect):
+    client = await connect()
+    first = await client.say("long", voice="long")
+    second = await client.say("tone", voice="tone")
+    url = f"{client.session_url}/speech/{second.utterance['id']}"
+    async with gateway.http.get(url, params={"wait": "sent", "timeout": "0.3"}) as r:
+        queued = await r.json()
+    assert queued["first_timestamp"] is None  # still behind the 30 s one: the wait timed out
+    async with gateway.http.get(f"{client.session_url}/speech/{first.utterance['id']}",
+                                params={"wait": "sent"}) as r:
+        playing = await r.json()
+    assert playing["first_timestamp"] is not None and playing["state"] == "playing"

@@ -225,3 +225,22 @@ async def test_a_client_that_goes_away_cancels_synthesis_upstream(start_gateway)
     finally:
         await voices.close()
         await server.stop()
+
+
+async def test_instructions_reach_a_cosyvoice_instruct_voice(start_gateway):
+    server = CosyVoiceStandIn(StandInConfig(sample_rate=24_000))
+    await server.start()
+    spec = f"cosyvoice+{server.http_url}?mode=instruct&spk_id=a&instruct_text=calm&rate=24000"
+    voices = VoiceRegistry([build_cosyvoice(spec, "cv")])
+    gateway = await start_gateway(voices=voices)
+    try:
+        for instructions in ("Speak slowly and warmly.", None, "Speak slowly and warmly."):
+            fields = {"voice": "cv", "response_format": "pcm", "input": "Hello"}
+            if instructions:
+                fields["instructions"] = instructions
+            await speech_bytes(gateway, **fields)
+        sent = [r.fields["instruct_text"] for r in server.requests]
+        assert sent == ["Speak slowly and warmly.", "calm", "Speak slowly and warmly."]
+    finally:
+        await voices.close()
+        await server.stop()

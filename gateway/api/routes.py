@@ -20,7 +20,6 @@ from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
-from gateway.speech.utterance import FINAL_STATES
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
 SDP = "application/sdp"
@@ -190,7 +189,8 @@ async def interrupt(request: web.Request) -> web.Response:
 
 @routes.get("/v1/sessions/{session_id}/speech/{utterance_id}")
 async def get_utterance(request: web.Request) -> web.Response:
-    """An utterance's state; ``?wait=1`` holds the reply until it has finished (max 60 s)."""
+    """An utterance's state; ``?wait=1`` holds the reply until it has finished, ``?wait=sent``
+    until its first frame was sent (or it ended without one); at most ``timeout`` (60) s."""
     session = _session(request)
     utterance = session.speaker.get(request.match_info["utterance_id"])
     if utterance is None:
@@ -200,9 +200,10 @@ async def get_utterance(request: web.Request) -> web.Response:
             timeout = min(float(request.query.get("timeout", "60")), 60.0)
         except ValueError as exc:
             raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds") from exc
-        if utterance.state not in FINAL_STATES:
+        event = utterance.started if request.query["wait"] == "sent" else utterance.finished
+        if not event.is_set():
             closed = asyncio.ensure_future(session.closed.wait())
-            finished = asyncio.ensure_future(utterance.finished.wait())
+            finished = asyncio.ensure_future(event.wait())
             try:
                 await asyncio.wait({closed, finished}, timeout=timeout,
                                    return_when=asyncio.FIRST_COMPLETED)

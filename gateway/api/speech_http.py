@@ -117,7 +117,7 @@ async def _stream_speech(request: web.Request, speech: SpeechRequest) -> web.Str
     voice = request.app[VOICES].get(speech.voice)
     headers = {"X-Model": speech.model} if speech.model else {}
     return await stream_response(
-        request, speech.input, voice, formatter, speech.pace, headers,
+        request, speech.input, voice, formatter, speech.pace, headers, speech.instructions,
     )
 
 
@@ -153,6 +153,7 @@ async def stream_response(
     formatter: formatters.FrameFormatter,
     pace: str,
     headers: dict[str, str] | None = None,
+    instructions: str | None = None,
 ) -> web.StreamResponse:
     defaults = request.app[STREAMING]
     conversation = Conversation(
@@ -179,7 +180,7 @@ async def stream_response(
     streams: set[HttpStreamLeg] = request.app[HTTP_STREAMS]
     streams.add(leg)
     try:
-        utterance = conversation.say(text, voice)
+        utterance = conversation.say(text, voice, instructions=instructions)
         await response.prepare(request)
         await leg.run(utterance, response.write)
         await response.write_eof()

@@ -37,8 +37,14 @@ class Conversation:
     def detach_sink(self, name: str) -> None:
         self.fanout.detach(name)
 
-    def say(self, text: str, voice: Synthesizer, interrupt: bool = False) -> Utterance:
-        return self.speaker.say(text, voice, interrupt=interrupt)
+    def say(
+        self,
+        text: str,
+        voice: Synthesizer,
+        interrupt: bool = False,
+        instructions: str | None = None,
+    ) -> Utterance:
+        return self.speaker.say(text, voice, interrupt=interrupt, instructions=instructions)
 
     def interrupt(self) -> int:
         return self.speaker.interrupt()

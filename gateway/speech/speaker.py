@@ -23,7 +23,7 @@ from gateway.runtime.worker_pool import WorkerPool, encoder_pool
 from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
-from gateway.tts.base import SynthesisError, Synthesizer
+from gateway.tts.base import SynthesisError, Synthesizer, open_stream
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +76,21 @@ class Speaker:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="speaker")
 
-    def say(self, text: str, voice: Synthesizer, interrupt: bool = False) -> Utterance:
+    def say(
+        self,
+        text: str,
+        voice: Synthesizer,
+        interrupt: bool = False,
+        instructions: str | None = None,
+    ) -> Utterance:
         self.start()  # the producer task exists once there is something to say
         if interrupt:
             self.interrupt()
         if len(self._pending) >= self.max_pending:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
-        utterance = Utterance(text=text, voice=voice.name, on_finish=self._on_final)
+        utterance = Utterance(
+            text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions
+        )
         self._remember(utterance)
         self._pending.append((utterance, voice))
         self._wakeup.set()
@@ -185,7 +193,10 @@ class Speaker:
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
         if self.cache is not None:
-            key = self.cache.key(voice.name, utterance.text, self.settings)
+            voice_key = voice.name
+            if utterance.instructions and getattr(voice, "takes_instructions", False):
+                voice_key = f"{voice.name}\0{utterance.instructions}"  # another rendering
+            key = self.cache.key(voice_key, utterance.text, self.settings)
             phrase = self.cache.get(key)
             if phrase is not None:
                 await self._replay(utterance, phrase)
@@ -204,7 +215,8 @@ class Speaker:
         index = 0
         started = time.monotonic()
         try:
-            async with contextlib.aclosing(voice.stream(utterance.text)) as chunks:
+            stream = open_stream(voice, utterance.text, utterance.instructions)
+            async with contextlib.aclosing(stream) as chunks:
                 async for chunk in chunks:
                     if utterance.first_pcm_at is None:
                         utterance.first_pcm_at = time.monotonic()

@@ -114,7 +114,9 @@ class Utterance:
     deliveries: dict[str, Delivery] = field(default_factory=dict, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
     _finished: asyncio.Event | None = field(default=None, repr=False)
+    _sent: asyncio.Event | None = field(default=None, repr=False)
     chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
+    instructions: str | None = None  # for backends that take them (CosyVoice instruct modes)
 
     def __post_init__(self) -> None:
         self.chars = len(self.text)
@@ -128,6 +130,15 @@ class Utterance:
             if self.state in FINAL_STATES:
                 self._finished.set()
         return self._finished
+
+    @property
+    def started(self) -> asyncio.Event:
+        """Set once a first frame was sent (or the utterance ended without one); made on use."""
+        if self._sent is None:
+            self._sent = asyncio.Event()
+            if self.first_sent_at is not None or self.state in FINAL_STATES:
+                self._sent.set()
+        return self._sent
 
     def delivery(self, sink: str, first_index: int = 0) -> Delivery:
         """This utterance's delivery to ``sink`` (made on the sink's first frames)."""
@@ -154,6 +165,8 @@ class Utterance:
     def _first_sent(self, at: float) -> None:
         if self.first_sent_at is None:
             self.first_sent_at = at
+            if self._sent is not None:
+                self._sent.set()
             METRICS.say_to_first_packet.observe(max(0.0, at - self.created_at))
             if self.state is UtteranceState.SYNTHESIZING:
                 self.state = UtteranceState.PLAYING
@@ -173,6 +186,8 @@ class Utterance:
         self.finished_at = time.monotonic()
         if self._finished is not None:
             self._finished.set()
+        if self._sent is not None:
+            self._sent.set()
         if self.on_finish is not None:
             # Often called from a sink's send tick: the owner's work (phrase cache, counters)
             # runs after it, and its failure cannot touch the stream.

@@ -39,3 +39,13 @@ class Synthesizer(Protocol):
     async def close(self) -> None:
         """Release process-wide resources (models, connection pools)."""
         ...
+
+
+def open_stream(
+    voice: Synthesizer, text: str, instructions: str | None = None
+) -> AsyncIterator[PcmChunk]:
+    """``voice.stream(text)``, passing ``instructions`` (OpenAI's field; CosyVoice's
+    instruct_text) to backends that take them (``takes_instructions``); others ignore them."""
+    if instructions and getattr(voice, "takes_instructions", False):
+        return voice.stream(text, instructions=instructions)  # type: ignore[call-arg]
+    return voice.stream(text)

@@ -73,7 +73,9 @@ class CosyVoiceGrpc:
         self._prompt = wav_to_pcm16k(config.prompt_wav) if config.prompt_wav else b""
         self._channel: grpc.aio.Channel | None = None
 
-    def build_request(self, text: str) -> pb.Request:
+    takes_instructions = True  # instruct mode: a request's own instruct_text
+
+    def build_request(self, text: str, instructions: str | None = None) -> pb.Request:
         """The ``Request`` the official client sends for this voice and ``text``."""
         c = self.config
         if c.mode == "sft":
@@ -85,7 +87,7 @@ class CosyVoiceGrpc:
             return pb.Request(cross_lingual_request=pb.crosslingualRequest(
                 tts_text=text, prompt_audio=self._prompt))
         return pb.Request(instruct_request=pb.instructRequest(
-            tts_text=text, spk_id=c.spk_id, instruct_text=c.instruct_text))
+            tts_text=text, spk_id=c.spk_id, instruct_text=instructions or c.instruct_text))
 
     def _fail(self, what: str) -> SynthesisError:
         return SynthesisError(f"CosyVoice voice {self.name!r} (grpc://{self.target}): {what}")
@@ -95,13 +97,15 @@ class CosyVoiceGrpc:
             self._channel = grpc.aio.insecure_channel(self.target, options=_CHANNEL_OPTIONS)
         return pb_grpc.CosyVoiceStub(self._channel)
 
-    async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
+    async def stream(
+        self, text: str, *, instructions: str | None = None
+    ) -> AsyncIterator[PcmChunk]:
         if not text.strip():
             return
         cfg = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + cfg.first_chunk_timeout
-        call = self._stub().Inference(self.build_request(text))
+        call = self._stub().Inference(self.build_request(text, instructions))
         received = 0
         try:
             while True:

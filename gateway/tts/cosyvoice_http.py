@@ -101,10 +101,19 @@ class CosyVoiceHttp:
                 raise ValueError(f"cannot read prompt_wav {config.prompt_wav!r}: {exc}") from exc
         self._session: aiohttp.ClientSession | None = None
 
-    def form_fields(self, text: str) -> list[tuple[str, str]]:
-        """The form fields in the official client's order (the prompt WAV goes as a file)."""
+    takes_instructions = True  # instruct / instruct2 modes: a request's own instruct_text
+
+    def form_fields(self, text: str, instructions: str | None = None) -> list[tuple[str, str]]:
+        """The form fields in the official client's order (the prompt WAV goes as a file);
+        ``instructions`` replace the voice's ``instruct_text`` in the modes that send one."""
         names = [f for f in MODE_FIELDS[self.config.mode] if f != "prompt_wav"]
-        return [("tts_text", text), *((f, getattr(self.config, f)) for f in names)]
+
+        def value(field: str) -> str:
+            if field == "instruct_text" and instructions:
+                return instructions
+            return str(getattr(self.config, field))
+
+        return [("tts_text", text), *((f, value(f)) for f in names)]
 
     def _fail(self, what: str) -> SynthesisError:
         return SynthesisError(f"CosyVoice voice {self.name!r} ({self.url}): {what}")
@@ -145,10 +154,12 @@ class CosyVoiceHttp:
         log.warning("%s: ignoring bad %s header %r", self.name, RATE_HEADER, raw)
         return self.config.sample_rate
 
-    async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
+    async def stream(
+        self, text: str, *, instructions: str | None = None
+    ) -> AsyncIterator[PcmChunk]:
         if not text.strip():
             return
-        body, content_type = encode_form(self.form_fields(text), self._wav)
+        body, content_type = encode_form(self.form_fields(text, instructions), self._wav)
         cfg = self.config
         loop = asyncio.get_running_loop()
         deadline = loop.time() + cfg.first_chunk_timeout
