@@ -213,6 +213,38 @@ async def get_utterance(request: web.Request) -> web.Response:
     return web.json_response(utterance.as_json())
 
 
+@routes.get("/v1/sessions/{session_id}/events")
+async def session_events(request: web.Request) -> web.StreamResponse:
+    """The session's events as Server-Sent Events (``event: <type>``, ``data: <json>``) until
+    it closes; a comment line every 15 s keeps proxies from timing the stream out."""
+    session = _session(request)
+    try:
+        subscription = session.conversation.events.subscribe()
+    except OverflowError as exc:
+        raise ApiError(429, "too_many_listeners", str(exc)) from exc
+    response = web.StreamResponse(headers={
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",
+    })
+    try:
+        await response.prepare(request)
+        await response.write(b": events of session " + session.id.encode() + b"\n\n")
+        while True:
+            try:
+                event = await asyncio.wait_for(subscription.get(), 15.0)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if event is None:
+                break
+            await response.write(event.sse())
+    except (ConnectionResetError, ConnectionError):
+        pass
+    finally:
+        subscription.close()
+    return response
+
+
 @routes.get("/v1/voices")
 async def list_voices(request: web.Request) -> web.Response:
     voices = request.app[VOICES]

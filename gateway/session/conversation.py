@@ -11,9 +11,10 @@ from __future__ import annotations
 from gateway.media.fanout import FrameFanout, SinkPolicy, SinkPort
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
+from gateway.session.events import EventBus
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import Speaker
-from gateway.speech.utterance import Utterance
+from gateway.speech.utterance import Utterance, UtteranceState
 from gateway.tts.base import Synthesizer
 
 
@@ -27,9 +28,11 @@ class Conversation:
     ) -> None:
         """``encode=False``: the frames are 24 kHz PCM, not Opus (see ``Speaker``)."""
         self.fanout = FrameFanout()
+        self.events = EventBus()
         self.speaker = Speaker(
             self.fanout, settings, max_pending_utterances, cache=phrase_cache, encode=encode
         )
+        self.speaker.observer = self._on_utterance
 
     def attach_sink(self, name: str, queue: FrameQueue, policy: SinkPolicy) -> SinkPort:
         return self.fanout.attach(name, queue, policy)
@@ -49,5 +52,13 @@ class Conversation:
     def interrupt(self) -> int:
         return self.speaker.interrupt()
 
+    def _on_utterance(self, utterance: Utterance, state: UtteranceState) -> None:
+        self.events.publish("utterance", id=utterance.id, state=state.value)
+        if state is UtteranceState.INTERRUPTED:
+            self.events.publish("interrupted", utterance=utterance.id)
+
     async def close(self) -> None:
-        await self.speaker.close()
+        try:
+            await self.speaker.close()
+        finally:
+            self.events.close()

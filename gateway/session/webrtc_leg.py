@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCSessionDescription
 from aiortc.mediastreams import MediaStreamTrack
 
 from gateway import aiortc_compat
@@ -30,12 +30,14 @@ from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
 from gateway.session.conversation import Conversation
+from gateway.session.events import Event
 from gateway.session.options import SessionOptions
 from gateway.session.sdp_policy import OfferSummary, SdpRejected, answer_codec, answer_direction
 
 log = logging.getLogger(__name__)
 
 SINK_NAME = "rtp"
+EVENTS_CHANNEL = "events"
 
 
 class WebRtcLeg:
@@ -74,9 +76,24 @@ class WebRtcLeg:
         self.retransmitter = Retransmitter(self.sink)
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
+        self.events_channel: RTCDataChannel | None = None
 
     def attach(self, conversation: Conversation) -> None:
         conversation.attach_sink(SINK_NAME, self.queue, SinkPolicy.BLOCK)
+        events = conversation.events
+
+        @self.pc.on("datachannel")
+        def on_datachannel(channel: RTCDataChannel) -> None:
+            # The offerer's channel labelled "events" carries the session's events as JSON.
+            if channel.label != EVENTS_CHANNEL:
+                return
+            self.events_channel = channel
+
+            def send(event: Event) -> None:
+                if channel.readyState == "open":
+                    channel.send(event.message())
+
+            events.on_event(send)
 
     async def negotiate(self, offer_sdp: str) -> str:
         """Answer ``offer_sdp`` (raises SdpRejected); the leg then waits for ICE and DTLS."""
@@ -110,7 +127,8 @@ class WebRtcLeg:
                 self.connected_at = time.monotonic()
                 if self._watchdog is not None:
                     self._watchdog.cancel()
-                if self.options.release_dtls:
+                # A data channel (an m=application section) still needs DTLS: SCTP runs on it.
+                if self.options.release_dtls and "application" not in self.offer.media_kinds:
                     transport = self._transceiver.sender.transport
                     self.dtls_released = aiortc_compat.release_dtls(transport)
                 self.connected.set()

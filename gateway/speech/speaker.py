@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 
 from gateway.media.fanout import FrameFanout
 from gateway.media.framer import Framer, SampleAligner
@@ -71,6 +72,8 @@ class Speaker:
         self.recent: deque[Utterance] = deque(maxlen=history)
         self._by_id: dict[str, Utterance] = {}
         self.counts = dict.fromkeys((s.value for s in UtteranceState), 0)
+        #: told of every utterance's state changes (the session's events)
+        self.observer: Callable[[Utterance, UtteranceState], None] | None = None
 
     def start(self) -> None:
         if self._task is None:
@@ -89,8 +92,11 @@ class Speaker:
         if len(self._pending) >= self.max_pending:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
         utterance = Utterance(
-            text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions
+            text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions,
+            observer=self.observer,
         )
+        if self.observer is not None:
+            self.observer(utterance, utterance.state)
         self._remember(utterance)
         self._pending.append((utterance, voice))
         self._wakeup.set()
@@ -189,7 +195,7 @@ class Speaker:
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
-        utterance.state = UtteranceState.SYNTHESIZING
+        utterance.set_state(UtteranceState.SYNTHESIZING)
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
         if self.cache is not None:

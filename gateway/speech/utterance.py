@@ -113,6 +113,8 @@ class Utterance:
     total_frames: int | None = None  # known once synthesis has ended
     deliveries: dict[str, Delivery] = field(default_factory=dict, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
+    #: told of every state change (``observer(utterance, state)``), after the code that made it
+    observer: Callable[[Utterance, UtteranceState], None] | None = field(default=None, repr=False)
     _finished: asyncio.Event | None = field(default=None, repr=False)
     _sent: asyncio.Event | None = field(default=None, repr=False)
     chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
@@ -169,7 +171,7 @@ class Utterance:
                 self._sent.set()
             METRICS.say_to_first_packet.observe(max(0.0, at - self.created_at))
             if self.state is UtteranceState.SYNTHESIZING:
-                self.state = UtteranceState.PLAYING
+                self.set_state(UtteranceState.PLAYING)
 
     def _check_done(self) -> None:
         if self.total_frames is None or self.state in FINAL_STATES:
@@ -180,7 +182,7 @@ class Utterance:
     def finish(self, state: UtteranceState, error: str | None = None) -> None:
         if self.state in FINAL_STATES:
             return
-        self.state = state
+        self.set_state(state)
         self.error = error
         self.text = ""  # see ``chars``
         self.finished_at = time.monotonic()
@@ -195,6 +197,19 @@ class Utterance:
                 asyncio.get_running_loop().call_soon(self._notify)
             except RuntimeError:  # no loop (unit use): at once
                 self._notify()
+
+    def set_state(self, state: UtteranceState) -> None:
+        self.state = state
+        if self.observer is not None:
+            try:
+                asyncio.get_running_loop().call_soon(self._observe, state)
+            except RuntimeError:
+                self._observe(state)
+
+    def _observe(self, state: UtteranceState) -> None:
+        if self.observer is not None:
+            with contextlib.suppress(Exception):
+                self.observer(self, state)
 
     def _notify(self) -> None:
         if self.on_finish is not None:
