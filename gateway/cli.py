@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
@@ -15,6 +17,8 @@ from gateway.api.routes import REGISTRY, STALL_WATCH
 from gateway.config import GatewayConfig, parse_config
 from gateway.runtime.stall_watch import StallWatch
 from gateway.tts.registry import VoiceRegistry
+
+log = logging.getLogger(__name__)
 
 
 async def serve(config: GatewayConfig) -> None:
@@ -34,13 +38,33 @@ async def serve(config: GatewayConfig) -> None:
     shown = "127.0.0.1" if config.host in ("0.0.0.0", "") else config.host
     print(f"voice gateway on http://{shown}:{config.port}/  (demo page)", flush=True)
     print(f"  voices: {', '.join(voices.names)}; API: POST /v1/sessions", flush=True)
+    stop = asyncio.Event()
+    _on_signals(stop)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
+        log.info("draining: no new sessions; playing speech may finish for up to %g s",
+                 config.drain_timeout_s)
+        await app[REGISTRY].drain(config.drain_timeout_s)
     finally:
         if STALL_WATCH in app:
             app[STALL_WATCH].stop()
         await runner.cleanup()
         await voices.close()
+
+
+def _on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM or SIGINT: drain, then exit 0. A second one: exit at once."""
+    loop = asyncio.get_running_loop()
+
+    def first(signum: int) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting now", signal.Signals(signum).name)
+            os._exit(128 + signum)
+        log.info("%s received", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, first, signum)
 
 
 def runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:

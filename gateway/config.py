@@ -43,6 +43,13 @@ class GatewayConfig:
     phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
     phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
     stall_warn_ms: float = 0.0  # log the loop's stack when it is blocked this long (0: off)
+    cors_origins: tuple[str, ...] = ("*",)
+    auth_tokens: tuple[str, ...] = ()  # static bearer tokens (none: no auth unless a JWT secret)
+    auth_jwt_secret: str | None = None  # HS256 JWTs with exp signed with this are accepted
+    rate_limit_sessions: float = 0.0  # session creations per second per client address (0: off)
+    rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
+    idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
+    drain_timeout_s: float = 30.0  # on SIGTERM: how long playing speech may finish
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
 
@@ -122,6 +129,41 @@ def build_parser() -> argparse.ArgumentParser:
                    default=int(_env("EXPECTED_LOSS", str(d.expected_loss)) or 0),
                    help="expected packet loss %% given to the Opus encoder (sizes FEC) "
                    "[GATEWAY_EXPECTED_LOSS]")
+    p.add_argument(
+        "--cors-origins", default=_env("CORS_ORIGINS", "*"),
+        help="comma-separated origins allowed to call the API from a browser (* = any) "
+        "[GATEWAY_CORS_ORIGINS]",
+    )
+    p.add_argument(
+        "--auth-token", action="append", dest="auth_tokens", metavar="TOKEN",
+        help="a bearer token accepted on every session and speech route (repeatable; none: no "
+        "static tokens) [GATEWAY_AUTH_TOKEN, comma-separated]",
+    )
+    p.add_argument(
+        "--auth-jwt-secret", default=_env("AUTH_JWT_SECRET"),
+        help="accept JWT bearer tokens (HS256, with exp) signed with this secret "
+        "[GATEWAY_AUTH_JWT_SECRET]",
+    )
+    p.add_argument(
+        "--rate-limit-sessions", type=float, default=float(_env("RATE_LIMIT_SESSIONS", "0") or 0),
+        help="session creations per second per client address, bursts of twice that; more get "
+        "429 + Retry-After (0: no limit) [GATEWAY_RATE_LIMIT_SESSIONS]",
+    )
+    p.add_argument(
+        "--rate-limit-speech", type=float, default=float(_env("RATE_LIMIT_SPEECH", "0") or 0),
+        help="speech requests per second per client address (0: no limit) "
+        "[GATEWAY_RATE_LIMIT_SPEECH]",
+    )
+    p.add_argument(
+        "--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", "0") or 0),
+        help="close a session after this many seconds with no speech and no request (0: never) "
+        "[GATEWAY_IDLE_TIMEOUT]",
+    )
+    p.add_argument(
+        "--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30") or 30),
+        help="on SIGTERM/SIGINT: refuse new sessions and let playing speech finish for up to "
+        "this many seconds before closing every session [GATEWAY_DRAIN_TIMEOUT]",
+    )
     p.add_argument(
         "--http-flush", choices=("adaptive", "frame"), default=_env("HTTP_FLUSH", d.http_flush),
         help="HTTP streams: after the first frame, coalesce frames that are ready together up to "
@@ -215,6 +257,13 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         phrase_cache_mb=args.phrase_cache_mb,
         phrase_cache_dir=args.phrase_cache_dir,
         stall_warn_ms=args.stall_warn_ms,
+        cors_origins=_csv(args.cors_origins) or ("*",),
+        auth_tokens=tuple(args.auth_tokens or ()) or _csv(_env("AUTH_TOKEN")),
+        auth_jwt_secret=args.auth_jwt_secret or None,
+        rate_limit_sessions=args.rate_limit_sessions,
+        rate_limit_speech=args.rate_limit_speech,
+        idle_timeout_s=args.idle_timeout,
+        drain_timeout_s=args.drain_timeout,
         http_flush=args.http_flush,
         live_lead_ms=args.live_lead_ms,
     )

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import aiortc_compat
+from gateway.api.access import AccessPolicy, middlewares
 from gateway.api.errors import json_errors
 from gateway.api.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
@@ -20,14 +21,23 @@ from gateway.tts.registry import VoiceRegistry
 def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> web.Application:
     """The gateway as an aiohttp app. ``voices`` defaults to those in ``config``."""
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
-    app = web.Application(middlewares=[json_errors], client_max_size=config.max_body_bytes)
+    policy = AccessPolicy(
+        cors_origins=config.cors_origins, tokens=config.auth_tokens,
+        jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
+        speech_per_s=config.rate_limit_speech,
+    )
+    cors, auth, rate_limit = middlewares(policy)
+    app = web.Application(
+        middlewares=[cors, json_errors, auth, rate_limit], client_max_size=config.max_body_bytes
+    )
     options = config.session_options()
     app[CACHE] = cache = PhraseCache(
         int(config.phrase_cache_mb * 1024 * 1024), config.phrase_cache_dir,
         settings=options.encoder,
     )
     app[REGISTRY] = SessionRegistry(
-        config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache
+        config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
+        idle_timeout_s=config.idle_timeout_s,
     )
     app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
     app[LIMITS] = {"max_text_chars": config.max_text_chars}

@@ -26,15 +26,22 @@ _CODES = {
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
+        self.headers = headers or {}
 
 
-def error_response(status: int, code: str, message: str) -> web.Response:
-    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    return web.json_response(
+        {"error": {"code": code, "message": message}}, status=status, headers=headers
+    )
 
 
 @web.middleware
@@ -42,7 +49,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc.status, exc.code, exc.message)
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -15,7 +15,7 @@ from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
-from gateway.session.registry import SessionLimitReached, SessionRegistry
+from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
 from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
@@ -59,6 +59,7 @@ def _session(request: web.Request) -> Session:
     session = request.app[REGISTRY].get(request.match_info["session_id"])
     if session is None:
         raise ApiError(404, "unknown_session", "no such session (it may have ended)")
+    session.touch()
     return session
 
 
@@ -82,8 +83,10 @@ async def create_session(request: web.Request) -> web.Response:
         session, answer = await request.app[REGISTRY].create(offer)
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
+    except Draining as exc:
+        raise ApiError(503, "draining", str(exc), {"Retry-After": "5"}) from exc
     except SessionLimitReached as exc:
-        raise ApiError(503, "session_limit", str(exc)) from exc
+        raise ApiError(503, "session_limit", str(exc), {"Retry-After": "5"}) from exc
     headers = {"Location": _location(session), "ETag": f'"{session.id}"'}
     if kind == SDP:
         return web.Response(status=201, text=answer, content_type=SDP, headers=headers)
@@ -260,7 +263,8 @@ async def cache_stats(request: web.Request) -> web.Response:
 @routes.get("/healthz")
 async def healthz(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
-    body: dict[str, Any] = {"status": "ok", "version": __version__, "sessions": len(registry),
+    status = "draining" if registry.draining else "ok"
+    body: dict[str, Any] = {"status": status, "version": __version__, "sessions": len(registry),
             "gc": asdict(registry.gc.stats)}
     watch = request.app.get(STALL_WATCH)
     if watch is not None:

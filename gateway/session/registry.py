@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
@@ -24,6 +26,10 @@ class SessionLimitReached(Exception):
     pass
 
 
+class Draining(SessionLimitReached):
+    """The gateway is shutting down: no new sessions."""
+
+
 class SessionRegistry:
     def __init__(
         self,
@@ -32,6 +38,7 @@ class SessionRegistry:
         max_sessions: int = 100,
         phrase_cache: PhraseCache | None = None,
         id_prefix: str = "",
+        idle_timeout_s: float = 0.0,
     ) -> None:
         self.rtc_config = rtc_config
         self.options = options
@@ -42,6 +49,9 @@ class SessionRegistry:
         self._creating = 0
         self.created_total = 0
         self.id_prefix = id_prefix  # names this worker in its session ids (scale-out)
+        self.idle_timeout_s = idle_timeout_s
+        self.draining = False
+        self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -53,6 +63,9 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     async def create(self, offer_sdp: str) -> tuple[Session, str]:
+        if self.draining:
+            METRICS.sessions_rejected.labels("draining").inc()
+            raise Draining("the gateway is draining (shutting down): no new sessions")
         if len(self._sessions) + self._creating >= self.max_sessions:
             METRICS.sessions_rejected.labels("session_limit").inc()
             raise SessionLimitReached(f"the gateway is at its cap of {self.max_sessions} sessions")
@@ -69,7 +82,35 @@ class SessionRegistry:
         METRICS.sessions_created.inc()
         METRICS.send.track(session.webrtc)
         self.gc.freeze()  # the session's long-lived objects leave the collector's sight
+        if self.idle_timeout_s > 0 and self._sweeper is None:
+            self._schedule_sweep()
         return session, answer
+
+    def _schedule_sweep(self) -> None:
+        period = min(5.0, max(0.05, self.idle_timeout_s / 4))
+        self._sweeper = asyncio.get_running_loop().call_later(period, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close sessions idle past ``idle_timeout_s`` (no request, nothing said or playing)."""
+        now = time.monotonic()
+        for session in list(self._sessions.values()):
+            if session.idle_for(now) > self.idle_timeout_s:
+                session.close_soon("idle")
+        self._schedule_sweep()
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new sessions, let what is playing finish (up to ``timeout_s``), then close
+        every session cleanly (DTLS close_notify)."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        for session in list(self._sessions.values()):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(session.speaker.wait_played(), remaining)
+        await asyncio.gather(*(s.close("draining") for s in self))
 
     def _forget(self, session: Session) -> None:
         if self._sessions.pop(session.id, None) is not None:
@@ -93,5 +134,7 @@ class SessionRegistry:
         return True
 
     async def close_all(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await asyncio.gather(*(s.close("gateway shutting down") for s in self))
         self.gc.close()

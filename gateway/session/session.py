@@ -49,6 +49,7 @@ class Session:
         self.conversation = conversation
         self.webrtc = webrtc
         self.created_at = time.monotonic()
+        self.last_activity = self.created_at  # an API request, or speech (see ``idle_for``)
         self.closed = asyncio.Event()
         self.close_reason: str | None = None
         self._on_closed = on_closed
@@ -87,6 +88,15 @@ class Session:
             await session.close("negotiation failed")
             raise
         return session, answer
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds with no request and nothing said or playing (0 while speaking)."""
+        if not self.speaker.idle.is_set() or len(self.webrtc.queue):
+            self.last_activity = now
+        return now - self.last_activity
 
     def close_soon(self, reason: str) -> None:
         if self._closing is None and not self.closed.is_set():

@@ -66,6 +66,7 @@ class Speaker:
         self._pending: deque[tuple[Utterance, Synthesizer]] = deque()
         self._wakeup = asyncio.Event()
         self.idle = asyncio.Event()  # set while nothing is being produced or pending
+        self.idle.set()
         self._current: Utterance | None = None
         self._current_task: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -99,6 +100,7 @@ class Speaker:
             self.observer(utterance, utterance.state)
         self._remember(utterance)
         self._pending.append((utterance, voice))
+        self.idle.clear()
         self._wakeup.set()
         return utterance
 
@@ -125,6 +127,12 @@ class Speaker:
 
     def get(self, utterance_id: str) -> Utterance | None:
         return self._by_id.get(utterance_id)
+
+    async def wait_played(self) -> None:
+        """Until nothing is pending or produced and the last utterance has finished playing."""
+        await self.idle.wait()
+        if self.recent and self.recent[-1].state not in FINAL_STATES:
+            await self.recent[-1].finished.wait()
 
     @property
     def pending(self) -> int:

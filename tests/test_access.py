@@ -1,0 +1,174 @@
+"""WHEP's HTTP rules for third-party players (OPTIONS, CORS), bearer tokens, rate limits,
+idle sessions and graceful drain."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+
+import aiohttp
+import jwt
+import pytest
+
+from bench.common import free_port
+from gateway.client.peer import GatewayClient
+from tests.test_api import CHROMIUM
+
+SDP_HEADERS = {"Content-Type": "application/sdp"}
+
+
+async def test_options_and_cors_preflight(gateway):
+    headers = {"Origin": "https://player.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+    async with gateway.http.options(f"{gateway.url}/v1/sessions", headers=headers) as r:
+        assert r.status == 204
+        assert r.headers["Accept-Post"] == "application/sdp"
+        assert r.headers["Access-Control-Allow-Origin"] == "*"
+        allowed = r.headers["Access-Control-Allow-Headers"]
+        assert all(h in allowed for h in ("Authorization", "Content-Type", "If-Match"))
+    async with gateway.http.post(f"{gateway.url}/v1/sessions", data=CHROMIUM,
+                                 headers={**SDP_HEADERS, "Origin": "https://player.example"}) as r:
+        assert r.status == 201
+        exposed = r.headers["Access-Control-Expose-Headers"]
+        assert all(h in exposed for h in ("Location", "ETag", "Link"))
+        location = r.headers["Location"]
+    async with gateway.http.delete(gateway.url + location) as r:
+        assert r.status == 204
+
+
+async def test_cors_origins_can_be_restricted(start_gateway):
+    gateway = await start_gateway(cors_origins=("https://ok.example",))
+    for origin, allowed in (("https://ok.example", True), ("https://evil.example", False)):
+        async with gateway.http.get(f"{gateway.url}/healthz", headers={"Origin": origin}) as r:
+            assert (r.headers.get("Access-Control-Allow-Origin") == origin) is allowed
+
+
+async def test_bearer_tokens_static_and_jwt(start_gateway):
+    secret = "a-test-secret-of-at-least-32-bytes!!"
+    gateway = await start_gateway(auth_tokens=("static-token",), auth_jwt_secret=secret)
+    url = f"{gateway.url}/v1/sessions"
+    async with gateway.http.post(url, data=CHROMIUM, headers=SDP_HEADERS) as r:
+        assert r.status == 401 and r.headers["WWW-Authenticate"].startswith("Bearer")
+        assert (await r.json())["error"]["code"] == "unauthorized"
+    wrong = {**SDP_HEADERS, "Authorization": "Bearer nope"}
+    async with gateway.http.post(url, data=CHROMIUM, headers=wrong) as r:
+        assert r.status == 401 and 'error="invalid_token"' in r.headers["WWW-Authenticate"]
+    expired = jwt.encode({"exp": int(time.time()) - 10}, secret, algorithm="HS256")
+    async with gateway.http.post(url, data=CHROMIUM,
+                                 headers={**SDP_HEADERS, "Authorization": f"Bearer {expired}"}) as r:
+        assert r.status == 401 and (await r.json())["error"]["code"] == "token_expired"
+    good_jwt = jwt.encode({"exp": int(time.time()) + 60}, secret, algorithm="HS256")
+    for token in ("static-token", good_jwt):
+        auth = {"Authorization": f"Bearer {token}"}
+        async with gateway.http.post(url, data=CHROMIUM, headers={**SDP_HEADERS, **auth}) as r:
+            assert r.status == 201
+            location = gateway.url + r.headers["Location"]
+        async with gateway.http.post(f"{location}/speech", json={"text": "x"}) as r:
+            assert r.status == 401  # every route that touches a session
+        async with gateway.http.delete(location, headers=auth) as r:
+            assert r.status == 204
+    body = {"input": "hi", "voice": "tone"}
+    async with gateway.http.post(f"{gateway.url}/v1/audio/speech", json=body) as r:
+        assert r.status == 401  # the HTTP speech routes too
+    for open_path in ("/healthz", "/metrics", "/v1/voices"):
+        async with gateway.http.get(gateway.url + open_path) as r:
+            assert r.status == 200, open_path
+
+
+async def test_rate_limit_and_session_cap_say_when_to_retry(start_gateway):
+    gateway = await start_gateway(rate_limit_sessions=1.0, max_sessions=1)
+    url = f"{gateway.url}/v1/sessions"
+    statuses = []
+    for _ in range(3):
+        async with gateway.http.post(url, data=CHROMIUM, headers=SDP_HEADERS) as r:
+            statuses.append(r.status)
+            if r.status in (429, 503):
+                assert int(r.headers["Retry-After"]) >= 1
+                assert (await r.json())["error"]["code"] in ("rate_limited", "session_limit")
+    assert statuses == [201, 503, 429]  # the cap, then the rate (a burst of 2 per address)
+
+
+async def test_idle_sessions_are_closed(start_gateway):
+    gateway = await start_gateway(idle_timeout_s=0.4)
+    client = GatewayClient(gateway.url, gateway.http)
+    await client.connect()
+    session = next(iter(gateway.registry))
+    said = await client.say("tone", voice="tone")  # 1 s of speech: busy, not idle
+    await client.wait_utterance(said.utterance["id"])
+    assert not session.closed.is_set()
+    await asyncio.wait_for(session.closed.wait(), 5)
+    assert session.close_reason == "idle"
+    await client.close(delete=False)
+
+
+async def test_drain_refuses_new_sessions_and_lets_speech_finish(gateway):
+    client = GatewayClient(gateway.url, gateway.http)
+    await client.connect()
+    session = next(iter(gateway.registry))
+    said = await client.say("tone", voice="tone")
+    drained = asyncio.create_task(gateway.registry.drain(10.0))
+    await asyncio.sleep(0)
+    async with gateway.http.post(f"{gateway.url}/v1/sessions", data=CHROMIUM,
+                                 headers=SDP_HEADERS) as r:
+        assert r.status == 503 and r.headers["Retry-After"]
+        assert (await r.json())["error"]["code"] == "draining"
+    async with gateway.http.get(f"{gateway.url}/healthz") as r:
+        assert (await r.json())["status"] == "draining"
+    await asyncio.wait_for(drained, 10)
+    utterance = session.speaker.get(said.utterance["id"])
+    assert utterance.state.value == "done" and session.close_reason == "draining"
+    await client.close(delete=False)
+
+
+def _start(port: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
+         "--ice-hosts", "127.0.0.1", "--voice", "tone:440?seconds=20", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+async def _healthy(port: int) -> None:
+    async with aiohttp.ClientSession() as http:
+        for _ in range(200):
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as r:
+                    if r.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)  # polling a starting process: no event to wait on
+    raise AssertionError("the gateway did not start")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+async def test_a_signal_drains_and_exits_zero_a_second_exits_at_once(signum):
+    port = free_port()
+    proc = _start(port)
+    try:
+        await _healthy(port)
+        proc.send_signal(signum)
+        assert await asyncio.to_thread(proc.wait, 15) == 0
+        assert "draining" in proc.stdout.read()
+    finally:
+        proc.kill()
+    port = free_port()
+    proc = _start(port, "--drain-timeout", "30")
+    try:
+        await _healthy(port)
+        async with aiohttp.ClientSession() as http:
+            client = GatewayClient(f"http://127.0.0.1:{port}", http)
+            await client.connect()
+            await client.say("long")  # 20 s of tone: the drain would wait for it
+            proc.send_signal(signum)
+            await asyncio.sleep(0.3)  # the first signal's drain has begun (a process: no event)
+            started = time.monotonic()
+            proc.send_signal(signum)
+            code = await asyncio.to_thread(proc.wait, 10)
+            assert code == 128 + signum and time.monotonic() - started < 5
+            await client.close(delete=False)
+    finally:
+        proc.kill()
