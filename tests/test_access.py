@@ -57,8 +57,8 @@ async def test_bearer_tokens_static_and_jwt(start_gateway):
     async with gateway.http.post(url, data=CHROMIUM, headers=wrong) as r:
         assert r.status == 401 and 'error="invalid_token"' in r.headers["WWW-Authenticate"]
     expired = jwt.encode({"exp": int(time.time()) - 10}, secret, algorithm="HS256")
-    async with gateway.http.post(url, data=CHROMIUM,
-                                 headers={**SDP_HEADERS, "Authorization": f"Bearer {expired}"}) as r:
+    stale = {**SDP_HEADERS, "Authorization": f"Bearer {expired}"}
+    async with gateway.http.post(url, data=CHROMIUM, headers=stale) as r:
         assert r.status == 401 and (await r.json())["error"]["code"] == "token_expired"
     good_jwt = jwt.encode({"exp": int(time.time()) + 60}, secret, algorithm="HS256")
     for token in ("static-token", good_jwt):
@@ -172,3 +172,16 @@ async def test_a_signal_drains_and_exits_zero_a_second_exits_at_once(signum):
             await client.close(delete=False)
     finally:
         proc.kill()
+
+
+async def test_configured_ice_servers_are_links_on_the_201(start_gateway):
+    gateway = await start_gateway(ice_servers=("turn:127.0.0.1:3478",), turn_username="u",
+                                  turn_credential="p")
+    async with gateway.http.post(f"{gateway.url}/v1/sessions", data=CHROMIUM,
+                                 headers=SDP_HEADERS) as r:
+        assert r.status == 201
+        assert r.headers["Link"] == ('<turn:127.0.0.1:3478>; rel="ice-server"; username="u"; '
+                                     'credential="p"; credential-type="password"')
+        location = r.headers["Location"]
+    async with gateway.http.delete(gateway.url + location) as r:
+        assert r.status == 204

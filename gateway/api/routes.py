@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
+from aiortc import RTCConfiguration
 from aiortc import sdp as aiortc_sdp
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -63,6 +64,21 @@ def _session(request: web.Request) -> Session:
     return session
 
 
+def ice_server_links(config: RTCConfiguration) -> list[str]:
+    """RFC 9725 §4.6: each configured STUN/TURN server as a ``Link`` to the client."""
+    links = []
+    for server in config.iceServers or []:
+        urls = [server.urls] if isinstance(server.urls, str) else list(server.urls)
+        for url in urls:
+            link = f'<{url}>; rel="ice-server"'
+            if server.username:
+                link += f'; username="{server.username}"'
+            if server.credential:
+                link += f'; credential="{server.credential}"; credential-type="password"'
+            links.append(link)
+    return links
+
+
 def _location(session: Session) -> str:
     return f"/v1/sessions/{session.id}"
 
@@ -88,6 +104,9 @@ async def create_session(request: web.Request) -> web.Response:
     except SessionLimitReached as exc:
         raise ApiError(503, "session_limit", str(exc), {"Retry-After": "5"}) from exc
     headers = {"Location": _location(session), "ETag": f'"{session.id}"'}
+    links = ice_server_links(request.app[REGISTRY].rtc_config)
+    if links:
+        headers["Link"] = ", ".join(links)
     if kind == SDP:
         return web.Response(status=201, text=answer, content_type=SDP, headers=headers)
     return web.json_response(
