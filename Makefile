@@ -15,13 +15,26 @@ help:
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
 
+# Swagger UI for /docs, from npm (no CDN at run time); the page works without it.
+SWAGGER_UI_VERSION := 5.35.0
+SWAGGER_UI := web/vendor/swagger-ui/swagger-ui-bundle.js
+
+$(SWAGGER_UI):
+	@if command -v npm >/dev/null; then \
+		mkdir -p web/vendor/swagger-ui && cd web/vendor && \
+		npm pack --silent swagger-ui-dist@$(SWAGGER_UI_VERSION) >/dev/null && \
+		tar xzf swagger-ui-dist-$(SWAGGER_UI_VERSION).tgz && \
+		cp package/swagger-ui-bundle.js package/swagger-ui.css package/LICENSE swagger-ui/ && \
+		rm -rf package swagger-ui-dist-$(SWAGGER_UI_VERSION).tgz; \
+	else echo "note: npm not found; /docs will not render (GET /openapi.json works)"; fi
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install -e ".[voice,speed,dev]"
 	touch $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
 		--voice "$(VOICE)"
 
@@ -31,7 +44,7 @@ browser: $(STAMP)
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
 	else echo "note: Debian chromium is not installed and cannot be here; browser tests will skip"; fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser $(SWAGGER_UI)
 	$(BIN)/pytest
 
 test-fast: $(STAMP)

@@ -244,3 +244,12 @@ async def test_instructions_reach_a_cosyvoice_instruct_voice(start_gateway):
     finally:
         await voices.close()
         await server.stop()
+
+
+async def test_any_model_string_is_accepted_and_reported_safely(gateway):
+    body = {"model": "tts\r\nX-Injected: yes\u00e9", "input": "hi", "voice": "tone",
+            "response_format": "pcm"}
+    async with gateway.http.post(f"{gateway.url}/v1/audio/speech", json=body) as r:
+        assert r.status == 200  # found by Schemathesis: a CR in the model was a 500
+        assert r.headers["X-Model"] == "ttsX-Injected: yes" and "X-Injected" not in r.headers
+        await r.read()

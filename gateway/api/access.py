@@ -23,7 +23,6 @@ from gateway.api.errors import ApiError, Handler
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
-ALLOW_METHODS = "GET, POST, PATCH, DELETE, OPTIONS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +57,11 @@ def cors_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
         origin = _allowed_origin(policy, request.headers.get("Origin"))
         if request.method == "OPTIONS":
             response: web.StreamResponse = web.Response(status=204)
-            response.headers["Allow"] = ALLOW_METHODS
+            response.headers["Allow"] = _allowed_methods(request)
             if request.path.rstrip("/") == "/v1/sessions":
                 response.headers["Accept-Post"] = "application/sdp"
             if origin is not None:
-                response.headers["Access-Control-Allow-Methods"] = ALLOW_METHODS
+                response.headers["Access-Control-Allow-Methods"] = response.headers["Allow"]
                 response.headers["Access-Control-Allow-Headers"] = ALLOW_HEADERS
                 response.headers["Access-Control-Max-Age"] = "600"
         else:
@@ -78,6 +77,19 @@ def cors_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
         return response
 
     return cors
+
+
+def _allowed_methods(request: web.Request) -> str:
+    """The methods the requested resource has (its routes'), OPTIONS included."""
+    methods = {"OPTIONS"}
+    refused = getattr(request.match_info, "http_exception", None)  # 405: no OPTIONS route
+    if isinstance(refused, web.HTTPMethodNotAllowed):
+        methods |= set(refused.allowed_methods)
+    else:
+        resource = getattr(getattr(request.match_info, "route", None), "resource", None)
+        if resource is not None:
+            methods |= {r.method for r in resource}
+    return ", ".join(sorted(methods - {"HEAD", "*"}))
 
 
 def _cors_headers(response: web.StreamResponse, origin: str) -> None:

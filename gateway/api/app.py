@@ -9,7 +9,8 @@ from aiohttp import web
 from gateway import aiortc_compat
 from gateway.api.access import AccessPolicy, middlewares
 from gateway.api.errors import json_errors
-from gateway.api.routes import CACHE, LIMITS, REGISTRY, VOICES, routes
+from gateway.api.openapi import document
+from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
@@ -46,6 +47,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         lead_s=config.live_lead_ms / 1000,
     )
     app[HTTP_STREAMS] = set()
+    app[OPENAPI] = document(
+        auth=policy.auth_required, voices=app[VOICES].names, max_chars=config.max_text_chars
+    )
     app.add_routes(routes)
     app.add_routes(speech_routes)
     index = config.web_dir / "index.html"

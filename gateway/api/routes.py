@@ -14,6 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import __version__
 from gateway.api.errors import ApiError
+from gateway.api.models import JsonOffer, SpeechCreate, parse
+from gateway.api.openapi import DOCS_PAGE
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
@@ -21,6 +23,7 @@ from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
+from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
 SDP = "application/sdp"
@@ -32,6 +35,7 @@ VOICES = web.AppKey("voices", VoiceRegistry)
 LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
 STALL_WATCH = web.AppKey("stall_watch", StallWatch)
+OPENAPI = web.AppKey("openapi", dict)
 
 routes = web.RouteTableDef()
 
@@ -54,6 +58,25 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
     return body
+
+
+def checked_text(request: web.Request, text: str) -> str:
+    limit = request.app[LIMITS]["max_text_chars"]
+    if not text.strip():
+        raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if len(text) > limit:
+        raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
+    return text
+
+
+def voice_named(request: web.Request, name: str | None) -> Synthesizer:
+    voices = request.app[VOICES]
+    try:
+        return voices.get(name)
+    except UnknownVoice as exc:
+        raise ApiError(
+            400, "unknown_voice", f"no voice {name!r}; available: {', '.join(voices.names)}"
+        ) from exc
 
 
 def _session(request: web.Request) -> Session:
@@ -89,12 +112,7 @@ async def create_session(request: web.Request) -> web.Response:
     if kind == SDP:
         offer = await request.text()
     else:
-        body = await _json_body(request)
-        if body.get("type") != "offer":
-            raise ApiError(400, "not_an_offer", f"type must be 'offer', got {body.get('type')!r}")
-        offer = body.get("sdp")
-        if not isinstance(offer, str):
-            raise ApiError(400, "invalid_sdp", "sdp must be a string holding the offer")
+        offer = parse(JsonOffer, await _json_body(request)).sdp
     try:
         session, answer = await request.app[REGISTRY].create(offer)
     except SdpRejected as exc:
@@ -172,26 +190,11 @@ async def trickle_ice(request: web.Request) -> web.Response:
 async def speak(request: web.Request) -> web.Response:
     session = _session(request)
     _require_type(request, JSON)
-    body = await _json_body(request)
-    text, interrupt, voice_name = body.get("text"), body.get("interrupt", False), body.get("voice")
-    limit = request.app[LIMITS]["max_text_chars"]
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(400, "empty_text", "text must be a non-empty string")
-    if len(text) > limit:
-        raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
-    if not isinstance(interrupt, bool):
-        raise ApiError(400, "invalid_interrupt", "interrupt must be true or false")
-    if voice_name is not None and not isinstance(voice_name, str):
-        raise ApiError(400, "invalid_voice", "voice must be a string")
-    voices = request.app[VOICES]
+    body = parse(SpeechCreate, await _json_body(request))
+    text = checked_text(request, body.text)
+    voice = voice_named(request, body.voice)
     try:
-        voice = voices.get(voice_name)
-    except UnknownVoice as exc:
-        raise ApiError(
-            400, "unknown_voice", f"no voice {voice_name!r}; available: {', '.join(voices.names)}"
-        ) from exc
-    try:
-        utterance = session.speaker.say(text, voice, interrupt=interrupt)
+        utterance = session.speaker.say(text, voice, interrupt=body.interrupt)
     except SpeechQueueFull as exc:
         raise ApiError(429, "speech_queue_full", str(exc)) from exc
     location = f"{_location(session)}/speech/{utterance.id}"
@@ -297,3 +300,14 @@ async def metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition of the process's metrics (runtime/metrics.py)."""
     METRICS.set_session_states(request.app[REGISTRY].count_by_state)
     return web.Response(body=METRICS.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@routes.get("/openapi.json")
+async def openapi_document(request: web.Request) -> web.Response:
+    return web.json_response(request.app[OPENAPI])
+
+
+@routes.get("/docs")
+async def api_docs(request: web.Request) -> web.Response:
+    """Swagger UI (from web/vendor, installed by make) rendering /openapi.json."""
+    return web.Response(text=DOCS_PAGE, content_type="text/html")

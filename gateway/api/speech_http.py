@@ -22,8 +22,17 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.errors import ApiError
-from gateway.api.routes import CACHE, JSON, LIMITS, VOICES, _json_body, _require_type
+from gateway.api.models import FrameStreamRequest, parse
+from gateway.api.routes import (
+    CACHE,
+    JSON,
+    LIMITS,
+    VOICES,
+    _json_body,
+    _require_type,
+    checked_text,
+    voice_named,
+)
 from gateway.media.opus_codec import EncoderSettings
 from gateway.session.conversation import Conversation
 from gateway.session.http_leg import HttpStreamLeg, StreamOptions
@@ -38,7 +47,6 @@ from gateway.stream.openai_speech import (
 )
 from gateway.stream.transcode import supported_formats
 from gateway.tts.base import Synthesizer
-from gateway.tts.registry import UnknownVoice
 
 log = logging.getLogger(__name__)
 SEND_BUFFER_BYTES = 128 * 1024
@@ -115,7 +123,10 @@ async def _stream_speech(request: web.Request, speech: SpeechRequest) -> web.Str
     defaults = request.app[STREAMING]
     formatter = _formatter(speech, defaults.encoder)
     voice = request.app[VOICES].get(speech.voice)
-    headers = {"X-Model": speech.model} if speech.model else {}
+    # the model is any string, reported back -- as a header only in printable ASCII (a CR or LF
+    # in a header would be header injection)
+    model = "".join(c for c in speech.model if " " <= c <= "~")[:128]
+    headers = {"X-Model": model} if model else {}
     return await stream_response(
         request, speech.input, voice, formatter, speech.pace, headers, speech.instructions,
     )
@@ -125,25 +136,10 @@ async def _stream_speech(request: web.Request, speech: SpeechRequest) -> web.Str
 async def frame_stream(request: web.Request) -> web.StreamResponse:
     """``{text, voice?, pace?}`` -> the framed Opus stream (stream/frame_records.py)."""
     _require_type(request, JSON)
-    body = await _json_body(request)
-    text, voice_name, pace = body.get("text"), body.get("voice"), body.get("pace", "asap")
-    limit = request.app[LIMITS]["max_text_chars"]
-    if not isinstance(text, str) or not text.strip():
-        raise ApiError(400, "empty_text", "text must be a non-empty string")
-    if len(text) > limit:
-        raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
-    if pace not in ("asap", "live"):
-        raise ApiError(400, "invalid_pace", "pace must be 'asap' or 'live'")
-    voices = request.app[VOICES]
-    if voice_name is not None and not isinstance(voice_name, str):
-        raise ApiError(400, "invalid_voice", "voice must be a string")
-    try:
-        voice = voices.get(voice_name)
-    except UnknownVoice as exc:
-        raise ApiError(
-            400, "unknown_voice", f"no voice {voice_name!r}; available: {', '.join(voices.names)}"
-        ) from exc
-    return await stream_response(request, text, voice, formatters.FrameRecords(), pace)
+    body = parse(FrameStreamRequest, await _json_body(request))
+    text = checked_text(request, body.text)
+    voice = voice_named(request, body.voice)
+    return await stream_response(request, text, voice, formatters.FrameRecords(), body.pace)
 
 
 async def stream_response(
