@@ -31,6 +31,10 @@ Touched:
   path calls libsrtp's ``srtp_protect`` on the session's own buffer (``srtp_protector``).
 - ``RTCDtlsTransport._ssl`` / ``_role`` / ``_data_receiver``: ``release_dtls`` swaps the pyOpenSSL
   connection of an established DTLS 1.2 client for a small stand-in (≈100 KB per session).
+- aioice ``Connection._local_username`` / ``_local_password`` / ``_remote_candidates_end``:
+  ``restart_ice`` (WHEP's ICE restart; aiortc has none) gives the live ICE connection new
+  credentials on both sides in place: its sockets, candidates and nominated pair carry on, DTLS
+  and SRTP are untouched.
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ def check_internals() -> list[str]:
         problems.append("aiortc.rtcdtlstransport.State.CONNECTED")
     if not isinstance(getattr(aioice.ice, "StunProtocol", None), type):
         problems.append("aioice.ice.StunProtocol")
+    probe = aioice.ice.Connection(ice_controlling=False)
+    for name in ("_local_username", "_local_password", "_remote_candidates_end", "_nominated"):
+        if not hasattr(probe, name):
+            problems.append(f"aioice.Connection.{name}")
     problems.extend(_receiver_rtcp_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
@@ -403,10 +411,22 @@ def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | 
     _require(transport, "_state")
     connected = aiortc.rtcdtlstransport.State.CONNECTED
 
+    nominated = connection._nominated
+
     def send(data: bytes) -> bool:
+        nonlocal pair, sendto, is_closing, addr
         # the enum, not the ``state`` property (which lower-cases the enum's name per call)
         if transport._state is not connected or is_closing():
             return False
+        current = nominated.get(1)
+        if current is not pair:  # the peer nominated another pair (an ICE restart, say)
+            if current is None or type(current.protocol) is not aioice.ice.StunProtocol:
+                return False
+            udp_now = current.protocol.transport
+            if udp_now is None:
+                return False
+            pair, sendto, is_closing, addr = (current, udp_now.sendto, udp_now.is_closing,
+                                              current.remote_addr)
         sendto(protect(data), addr)
         return True
 
@@ -501,3 +521,63 @@ def release_dtls(transport: RTCDtlsTransport) -> bool:
 
 def dtls_released(transport: RTCDtlsTransport) -> bool:
     return isinstance(getattr(transport, "_ssl", None), _ReleasedDtls)
+
+
+# --- teardown: cut a closed peer connection's reference cycles -------------------------------
+
+
+def release_peer_connection(pc: Any) -> None:
+    """DRAFT"""
+    for transceiver in pc.getTransceivers():
+        vars(transceiver.receiver).pop("_handle_rtp_packet", None)
+        for part in (transceiver.sender, transceiver.receiver):
+            dtls = part.transport
+            if dtls is None:
+                continue
+            dtls.remove_all_listeners()
+            for name in ("_handle_rtcp_data", "_send_rtp", "_gateway_original_send_rtp"):
+                vars(dtls).pop(name, None)
+            ice = dtls.transport
+            ice.remove_all_listeners()
+            ice.iceGatherer.remove_all_listeners()
+            connection = getattr(ice, "_connection", None)
+            if connection is not None:
+                connection._check_list.clear()
+
+
+# --- ICE: restart with new credentials (WHEP PATCH, RFC 8840 / 8445 section 9) ------------------
+
+
+def restart_ice(
+    ice: Any, remote_ufrag: str, remote_pwd: str, local: tuple[str, str] | None = None
+) -> tuple[str, str]:
+    """Give ``ice`` (an ``RTCIceTransport``) new local credentials (``local`` or random ones,
+    RFC 8445's 4+ and 22+ characters) and the remote side's new ones, in place; returns the new
+    local (ufrag, pwd). Checks and consent (RFC 7675) use the new credentials from now on; the
+    nominated pair keeps carrying media until the peer nominates another; new remote candidates
+    may be trickled again."""
+    _require(ice, "_connection")
+    connection = ice._connection
+    for attr in ("_local_username", "_local_password", "_remote_candidates_end"):
+        _require(connection, attr)
+    ufrag, pwd = local or (aioice.ice.random_string(4), aioice.ice.random_string(22))
+    aioice.ice.validate_username(ufrag)
+    aioice.ice.validate_password(pwd)
+    aioice.ice.validate_username(remote_ufrag)
+    aioice.ice.validate_password(remote_pwd)
+    connection._local_username, connection._local_password = ufrag, pwd
+    connection.remote_username, connection.remote_password = remote_ufrag, remote_pwd
+    connection._remote_candidates_end = False
+    return ufrag, pwd
+
+
+def ice_credentials(ice: Any) -> tuple[tuple[str, str], tuple[str | None, str | None]]:
+    """((local ufrag, pwd), (remote ufrag, pwd)) of an ``RTCIceTransport``."""
+    connection = _ice_connection_of(ice)
+    return ((connection.local_username, connection.local_password),
+            (connection.remote_username, connection.remote_password))
+
+
+def _ice_connection_of(ice: Any) -> Any:
+    _require(ice, "_connection")
+    return ice._connection

@@ -121,7 +121,7 @@ async def create_session(request: web.Request) -> web.Response:
         raise ApiError(503, "draining", str(exc), {"Retry-After": "5"}) from exc
     except SessionLimitReached as exc:
         raise ApiError(503, "session_limit", str(exc), {"Retry-After": "5"}) from exc
-    headers = {"Location": _location(session), "ETag": f'"{session.id}"'}
+    headers = {"Location": _location(session), "ETag": session.webrtc.etag}
     links = ice_server_links(request.app[REGISTRY].rtc_config)
     if links:
         headers["Link"] = ", ".join(links)
@@ -170,17 +170,51 @@ def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, 
     return candidates, end, ufrag
 
 
+def sdpfrag_credentials(text: str) -> tuple[str | None, str | None]:
+    """The ice-ufrag and ice-pwd lines of an sdpfrag (an ICE restart carries new ones)."""
+    ufrag = pwd = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("a=ice-ufrag:"):
+            ufrag = line[12:]
+        elif line.startswith("a=ice-pwd:"):
+            pwd = line[10:]
+    return ufrag, pwd
+
+
 @routes.patch("/v1/sessions/{session_id}")
 async def trickle_ice(request: web.Request) -> web.Response:
+    """Trickle (204; no If-Match needed, as real clients send none) or, with new ICE
+    credentials and ``If-Match`` (``"*"`` or the current ETag), an ICE restart: 200 with the
+    gateway's new sdpfrag and ETag. A stale ETag is 412; a failed restart leaves the session as
+    it was."""
     session = _session(request)
     _require_type(request, SDPFRAG)
+    leg = session.webrtc
+    body = await request.text()
+    match = request.headers.get("If-Match")
+    if match is not None and match.strip() not in ("*", '"*"', leg.etag):
+        raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
+                       f"{leg.etag}", {"ETag": leg.etag})
     mid = session.offer.audio_mid if session.offer else None
-    candidates, end, ufrag = parse_sdpfrag(await request.text(), mid)
-    remote = session.webrtc.pc.remoteDescription
-    if ufrag and remote is not None and f"a=ice-ufrag:{ufrag}" not in remote.sdp:
-        raise ApiError(422, "ice_restart_unsupported", "ICE restarts are not supported")
+    candidates, end, _ = parse_sdpfrag(body, mid)
+    ufrag, pwd = sdpfrag_credentials(body)
+    if ufrag is not None and ufrag != leg.remote_ufrag:
+        if match is None:
+            raise ApiError(428, "if_match_required",
+                           'an ICE restart (new ice-ufrag) needs If-Match: "*" or the ETag')
+        if not pwd:
+            raise ApiError(400, "invalid_sdpfrag", "an ICE restart needs a=ice-pwd too")
+        try:
+            answer = leg.restart_ice(ufrag, pwd)
+            await leg.add_ice_candidates(candidates, end)
+        except (ValueError, TypeError) as exc:
+            raise ApiError(400, "ice_restart_failed",
+                           f"the ICE restart was refused: {exc}") from exc
+        return web.Response(status=200, text=answer, content_type=SDPFRAG,
+                            headers={"ETag": leg.etag})
     try:
-        await session.webrtc.add_ice_candidates(candidates, end)
+        await leg.add_ice_candidates(candidates, end)
     except Exception as exc:  # aiortc rejects a candidate it cannot place (unknown mid...)
         raise ApiError(400, "invalid_candidate", f"the candidate was refused: {exc}") from exc
     return web.Response(status=204)

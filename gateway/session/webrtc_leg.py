@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
 
 from aiortc import RTCConfiguration, RTCDataChannel, RTCPeerConnection, RTCSessionDescription
+from aiortc import sdp as aiortc_sdp
 from aiortc.mediastreams import MediaStreamTrack
 
 from gateway import aiortc_compat
@@ -77,6 +79,8 @@ class WebRtcLeg:
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
         self.events_channel: RTCDataChannel | None = None
+        self.ice_generation = 0
+        self._etag_nonce = secrets.token_hex(4)
 
     def attach(self, conversation: Conversation) -> None:
         conversation.attach_sink(SINK_NAME, self.queue, SinkPolicy.BLOCK)
@@ -142,6 +146,41 @@ class WebRtcLeg:
     def _reap_if_never_connected(self) -> None:
         if self.connected_at is None:
             self.on_failed("never connected")
+
+    @property
+    def etag(self) -> str:
+        """A strong ETag of the ICE session: it changes with every ICE restart."""
+        return f'"{self.ice_generation}-{self._etag_nonce}"'
+
+    @property
+    def _ice(self) -> Any:
+        return self._transceiver.sender.transport.transport
+
+    @property
+    def remote_ufrag(self) -> str | None:
+        return aiortc_compat.ice_credentials(self._ice)[1][0]
+
+    def restart_ice(self, remote_ufrag: str, remote_pwd: str) -> str:
+        """An ICE restart (RFC 8445 §9, WHEP's PATCH): new credentials on both sides, the same
+        candidates; returns the gateway's sdpfrag. Raises ValueError for bad credentials and
+        then leaves the ICE session as it was."""
+        previous = aiortc_compat.ice_credentials(self._ice)
+        try:
+            ufrag, pwd = aiortc_compat.restart_ice(self._ice, remote_ufrag, remote_pwd)
+        except ValueError:
+            aiortc_compat.restart_ice(self._ice, previous[1][0] or "", previous[1][1] or "",
+                                      local=previous[0])
+            raise
+        self.ice_generation += 1
+        gatherer = self._transceiver.sender.transport.transport.iceGatherer
+        lines = [f"a=ice-ufrag:{ufrag}", f"a=ice-pwd:{pwd}",
+                 f"m=audio 9 UDP/TLS/RTP/SAVPF {self._payload_type}"]
+        if self.offer.audio_mid is not None:
+            lines.append(f"a=mid:{self.offer.audio_mid}")
+        lines += [f"a=candidate:{aiortc_sdp.candidate_to_sdp(c)}"
+                  for c in gatherer.getLocalCandidates()]
+        lines.append("a=end-of-candidates")
+        return "\r\n".join(lines) + "\r\n"
 
     async def add_ice_candidates(self, candidates: list[Any], end: bool) -> None:
         for candidate in candidates:
