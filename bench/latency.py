@@ -38,7 +38,7 @@ SENTENCES = [
 
 
 async def measure(url: str, voice: str | None, runs: int) -> dict[str, Any]:
-    client = GatewayClient(url)
+    client = GatewayClient(url, capture=True)  # speak_series reads the packets
     await client.connect()
     try:
         texts = [SENTENCES[i % len(SENTENCES)] for i in range(runs)]

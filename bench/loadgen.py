@@ -47,7 +47,7 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bench import procstats
 from gateway import aiortc_compat
-from gateway.client.capture import RtpCapture, decode
+from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture, decode
 
 RTP_CLOCK = 48_000
 ON_TIME_S = 0.005
@@ -151,7 +151,7 @@ class LoadSession:
         self.full = full
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         self.stream = Stream()
-        self.capture = RtpCapture() if full else None
+        self.capture = RtpCapture(DEFAULT_MAX_PACKETS) if full else None
         self.session_url: str | None = None
         self.connect_ms: float | None = None
         self.error: str | None = None

@@ -51,6 +51,7 @@ from gateway.tts.tone import write_wav_mono
 
 RECEIVERS = ("aiortc", "plc", "fec", "nack")
 TAIL_PERIODS = 15
+RECORD_S = 300.0  # what each receive path played is scored: keep it (recording is opt-in)
 
 
 @dataclasses.dataclass
@@ -148,11 +149,13 @@ async def run_condition(
     url: str, cond: Condition, ref: np.ndarray, seed: int, burst: float
 ) -> dict[str, Any]:
     impairment = cond.impairment(seed, burst)
-    plain = GatewayClient(url, receive_path=ReceivePathConfig(nack=False, fec=False),
-                          impairment=impairment, aiortc_decoder=True)
-    fec = ReceivePath(ReceivePathConfig(nack=False, fec=True))
+    plain = GatewayClient(url, receive_path=ReceivePathConfig(nack=False, fec=False,
+                                                              record_s=RECORD_S),
+                          impairment=impairment, aiortc_decoder=True, capture=True)
+    fec = ReceivePath(ReceivePathConfig(nack=False, fec=True, record_s=RECORD_S))
     plain.add_rtp_listener(fec.on_rtp)
-    full = GatewayClient(url, receive_path=ReceivePathConfig(), impairment=impairment)
+    full = GatewayClient(url, receive_path=ReceivePathConfig(record_s=RECORD_S),
+                         impairment=impairment)
     stock: AiortcListener | None = None
     try:
         await asyncio.gather(plain.connect(), full.connect())

@@ -70,7 +70,7 @@ def summary(rows: list[dict], key: str) -> dict[str, float | None]:
 
 
 async def measure(url: str, voice: str, texts: list[str], warm: list[str]) -> dict[str, Any]:
-    client = GatewayClient(url)
+    client = GatewayClient(url, capture=True)  # speak_series reads the packets
     await client.connect()
     try:
         await speak_series(client, voice, warm)  # first-call paths, model caches
@@ -133,7 +133,7 @@ async def cache_row(runs: int) -> dict[str, Any]:
         http, _ = await stack.enter_async_context(standin_process(150))
         voice = f"{name}=cosyvoice+http://127.0.0.1:{http}?spk_id=a&rate=24000"
         url = await stack.enter_async_context(gateway_process([voice]))
-        client = GatewayClient(url)
+        client = GatewayClient(url, capture=True)  # speak_series reads the packets
         await client.connect()
         try:
             misses = await speak_series(client, name, texts)  # synthesised and stored

@@ -20,6 +20,8 @@ Touched:
   mis-reads NACKs across the sequence wrap and ignores misses) and resends stored packets.
 - ``RTCIceTransport._connection`` (aioice ``Connection.data_received``, its protocols'
   datagram transports): in-process network impairment of a peer's UDP datagrams.
+- ``RTCDtlsTransport._rtp_router.payload_type_table``: a receiver of ours also takes a payload
+  type aiortc does not know (RFC 2198 RED, ``accept_payload_type``).
 - ``RTCRtpReceiver.__rtcp_ssrc`` and ``RTCDtlsTransport._send_rtp``: our receive path sends its
   own (wrap-safe) RTCP NACKs.
 - ``RTCRtpSender.__mid`` / ``__ntp_timestamp`` / ``__rtp_timestamp`` / ``__octet_count`` /
@@ -31,6 +33,12 @@ Touched:
   path calls libsrtp's ``srtp_protect`` on the session's own buffer (``srtp_protector``).
 - ``RTCDtlsTransport._ssl`` / ``_role`` / ``_data_receiver``: ``release_dtls`` swaps the pyOpenSSL
   connection of an established DTLS 1.2 client for a small stand-in (≈100 KB per session).
+- aioice ``Connection._check_list`` (through ``RTCIceTransport._connection``) and our own
+  instance-level wrappers (``RTCDtlsTransport._handle_rtcp_data`` / ``_send_rtp``,
+  ``RTCRtpReceiver._handle_rtp_packet``): ``release_peer_connection`` cuts a closed peer
+  connection's reference cycles (session/teardown.py).
+- ``aioice.ice.CONSENT_INTERVAL`` / ``CONSENT_FAILURES`` (TEST ONLY, ``consent_timing``): a
+  short ICE consent freshness timeout, so tests see a vanished peer reaped in seconds.
 - aioice ``Connection._local_username`` / ``_local_password`` / ``_remote_candidates_end``:
   ``restart_ice`` (WHEP's ICE restart; aiortc has none) gives the live ICE connection new
   credentials on both sides in place: its sockets, candidates and nominated pair carry on, DTLS
@@ -48,7 +56,13 @@ import aioice.ice
 import aiortc.rtcdtlstransport
 import aiortc.rtcrtpsender
 import pylibsrtp
-from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender, RTCRtpTransceiver
+from aiortc import (
+    RTCDtlsTransport,
+    RTCPeerConnection,
+    RTCRtpReceiver,
+    RTCRtpSender,
+    RTCRtpTransceiver,
+)
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from OpenSSL import SSL
 
@@ -88,6 +102,7 @@ def check_internals() -> list[str]:
         if not hasattr(probe, name):
             problems.append(f"aioice.Connection.{name}")
     problems.extend(_receiver_rtcp_problems())
+    problems.extend(_teardown_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems
@@ -224,20 +239,30 @@ def _raw_send_rtp(transport: RTCDtlsTransport) -> Callable[[bytes], Awaitable[No
     return getattr(transport, _ORIGINAL_SEND_RTP, None) or transport._send_rtp
 
 
-def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
-    """TEST ONLY: drop RTP first transmissions for which ``drop(rtp_bytes)`` is true.
-
-    Retransmissions sent through ``send_unprotected`` bypass the filter.
-    """
+def filter_first_transmissions(
+    transport: RTCDtlsTransport, fn: Callable[[bytes], bytes | None]
+) -> None:
+    """Pass every RTP first transmission aiortc sends through ``fn(rtp_bytes)``: the bytes it
+    returns are sent (None: nothing). Retransmissions sent through ``send_unprotected`` bypass
+    the filter; RTCP (second octet 192..223) is never given to it."""
     _require(transport, "_send_rtp")
     original = transport._send_rtp
     setattr(transport, _ORIGINAL_SEND_RTP, original)
 
     async def send(data: bytes) -> None:
-        if not drop(data):
+        if len(data) > 1 and 192 <= data[1] <= 223:
             await original(data)
+            return
+        out = fn(data)
+        if out is not None:
+            await original(out)
 
     transport._send_rtp = send  # type: ignore[method-assign]
+
+
+def drop_first_transmissions(transport: RTCDtlsTransport, drop: Callable[[bytes], bool]) -> None:
+    """TEST ONLY: drop RTP first transmissions for which ``drop(rtp_bytes)`` is true."""
+    filter_first_transmissions(transport, lambda data: None if drop(data) else data)
 
 
 async def send_unprotected(transport: RTCDtlsTransport, data: bytes) -> None:
@@ -296,6 +321,15 @@ def _receiver_rtcp_problems() -> list[str]:
     if not callable(getattr(aiortc.rtcrtpsender, "random_sequence_number", None)):
         problems.append("aiortc.rtcrtpsender.random_sequence_number")
     return problems
+
+
+def accept_payload_type(receiver: RTCRtpReceiver, payload_type: int) -> None:
+    """Route RTP of ``payload_type`` to ``receiver`` (aiortc discards payload types it did not
+    negotiate itself, such as RED). Call after the remote description is set."""
+    transport = receiver.transport
+    _require(transport, "_rtp_router")
+    table = transport._rtp_router.payload_type_table
+    table.setdefault(payload_type, set()).add(receiver)
 
 
 def receiver_rtcp_ssrc(receiver: RTCRtpReceiver) -> int | None:
@@ -523,26 +557,90 @@ def dtls_released(transport: RTCDtlsTransport) -> bool:
     return isinstance(getattr(transport, "_ssl", None), _ReleasedDtls)
 
 
-# --- teardown: cut a closed peer connection's reference cycles -------------------------------
+
+# --- teardown: a closed peer connection's reference cycles, cut (session/teardown.py) ----------
+
+_OUR_DTLS_WRAPPERS = ("_handle_rtcp_data", "_send_rtp", _ORIGINAL_SEND_RTP)
+_OUR_RECEIVER_WRAPPERS = ("_handle_rtp_packet",)
 
 
-def release_peer_connection(pc: Any) -> None:
-    """DRAFT"""
+def _teardown_problems() -> list[str]:
+    """check_internals' part for this section."""
+    problems: list[str] = []
+    connection = aioice.ice.Connection(ice_controlling=True)
+    if not isinstance(getattr(connection, "_check_list", None), list):
+        problems.append("aioice.Connection._check_list")
+    for name in ("CONSENT_INTERVAL", "CONSENT_FAILURES"):
+        if not isinstance(getattr(aioice.ice, name, None), int):
+            problems.append(f"aioice.ice.{name}")
+    return problems
+
+
+def peer_connection_transports(pc: RTCPeerConnection) -> list[Any]:
+    """The peer connection's DTLS and ICE transports (public properties), each once."""
+    found: dict[int, Any] = {}
     for transceiver in pc.getTransceivers():
-        vars(transceiver.receiver).pop("_handle_rtp_packet", None)
         for part in (transceiver.sender, transceiver.receiver):
             dtls = part.transport
-            if dtls is None:
-                continue
-            dtls.remove_all_listeners()
-            for name in ("_handle_rtcp_data", "_send_rtp", "_gateway_original_send_rtp"):
-                vars(dtls).pop(name, None)
-            ice = dtls.transport
-            ice.remove_all_listeners()
-            ice.iceGatherer.remove_all_listeners()
-            connection = getattr(ice, "_connection", None)
-            if connection is not None:
-                connection._check_list.clear()
+            if dtls is not None:
+                found.setdefault(id(dtls), dtls)
+                found.setdefault(id(dtls.transport), dtls.transport)
+    sctp = pc.sctp
+    if sctp is not None:
+        found.setdefault(id(sctp.transport), sctp.transport)
+        found.setdefault(id(sctp.transport.transport), sctp.transport.transport)
+    return list(found.values())
+
+
+def release_peer_connection(pc: RTCPeerConnection) -> None:
+    """Cut the reference cycles a *closed* peer connection keeps, so refcounting frees it:
+
+    - every transport's event listeners (pyee's public ``remove_all_listeners``): aiortc's
+      ``close`` removes the peer connection's own and the ICE transport's, not the DTLS
+      transport's ``statechange`` -> ``RTCPeerConnection.__updateConnectionState`` -> the peer
+      connection -> its DTLS transports;
+    - the instance-level wrappers this module installed (``intercept_rtcp``,
+      ``drop_first_transmissions``, ``tap_rtp``): closures over our objects that reach the
+      transport again (RTCP handler -> Retransmitter -> sender -> transport);
+    - aioice's ``Connection._check_list``: pair -> protocol -> ``receiver`` (the connection);
+      its ``close`` empties the protocols and nominated pairs but keeps the list.
+    """
+    for transceiver in pc.getTransceivers():
+        receiver_vars = vars(transceiver.receiver)
+        for name in _OUR_RECEIVER_WRAPPERS:
+            receiver_vars.pop(name, None)
+    for transport in peer_connection_transports(pc):
+        transport.remove_all_listeners()
+        if isinstance(transport, RTCDtlsTransport):
+            transport_vars = vars(transport)
+            for name in _OUR_DTLS_WRAPPERS:
+                transport_vars.pop(name, None)
+        else:  # RTCIceTransport
+            transport.iceGatherer.remove_all_listeners()
+            connection = getattr(transport, "_connection", None)
+            check_list = getattr(connection, "_check_list", None)
+            if isinstance(check_list, list):
+                check_list.clear()
+    pc.remove_all_listeners()
+
+
+@contextlib.contextmanager
+def consent_timing(interval_s: float, failures: int) -> Iterator[None]:
+    """TEST ONLY: ICE consent freshness (RFC 7675) checked every ``interval_s`` (±20 %), a peer
+    failed after ``failures`` checks in a row go unanswered (aioice: 5 s and 6, ≈30 s).
+
+    aioice reads ``CONSENT_INTERVAL`` / ``CONSENT_FAILURES`` (module globals) on every check,
+    so running connections follow too. Process-wide while active.
+    """
+    if interval_s <= 0 or failures < 1:
+        raise ValueError("interval must be positive and failures at least 1")
+    saved = aioice.ice.CONSENT_INTERVAL, aioice.ice.CONSENT_FAILURES
+    aioice.ice.CONSENT_INTERVAL = interval_s  # type: ignore[assignment]
+    aioice.ice.CONSENT_FAILURES = failures
+    try:
+        yield
+    finally:
+        aioice.ice.CONSENT_INTERVAL, aioice.ice.CONSENT_FAILURES = saved
 
 
 # --- ICE: restart with new credentials (WHEP PATCH, RFC 8840 / 8445 section 9) ------------------

@@ -50,6 +50,8 @@ class GatewayConfig:
     rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
     idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
     drain_timeout_s: float = 30.0  # on SIGTERM: how long playing speech may finish
+    red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
+    red_adaptive: bool = True  # only while the receiver reports loss
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
 
@@ -73,6 +75,8 @@ class GatewayConfig:
             test_drop_seed=self.test_drop_seed,
             send_path=self.send_path,
             release_dtls=self.release_dtls,
+            red_distance=self.red_distance,
+            red_adaptive=self.red_adaptive,
         )
 
 
@@ -163,6 +167,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30") or 30),
         help="on SIGTERM/SIGINT: refuse new sessions and let playing speech finish for up to "
         "this many seconds before closing every session [GATEWAY_DRAIN_TIMEOUT]",
+    )
+    p.add_argument(
+        "--red-distance", type=int, choices=range(0, 5),
+        default=int(_env("RED_DISTANCE", str(d.red_distance)) or 0),
+        help="RFC 2198 redundancy when the offer has red/48000/2: each packet also carries the "
+        "previous N frames (0: off) [GATEWAY_RED_DISTANCE]",
+    )
+    p.add_argument(
+        "--red-always", action="store_true", default=_env("RED_ALWAYS", "") == "1",
+        help="send RED on every packet, not only while the receiver reports loss "
+        "[GATEWAY_RED_ALWAYS=1]",
     )
     p.add_argument(
         "--http-flush", choices=("adaptive", "frame"), default=_env("HTTP_FLUSH", d.http_flush),
@@ -264,6 +279,8 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         rate_limit_speech=args.rate_limit_speech,
         idle_timeout_s=args.idle_timeout,
         drain_timeout_s=args.drain_timeout,
+        red_distance=args.red_distance,
+        red_adaptive=not args.red_always,
         http_flush=args.http_flush,
         live_lead_ms=args.live_lead_ms,
     )

@@ -208,9 +208,9 @@ async def test_trickle_ice_patch(gateway, session_url):
     bad = "a=mid:0\r\na=candidate:garbage\r\n"
     async with gateway.http.patch(session_url, data=bad, headers=headers) as r:
         assert (await error_of(r, 400))["code"] == "invalid_candidate"
-    restart = frag.replace("jJsd", "zzzz")
+    restart = frag.replace("jJsd", "zzzz")  # new credentials: an ICE restart needs If-Match
     async with gateway.http.patch(session_url, data=restart, headers=headers) as r:
-        assert (await error_of(r, 422))["code"] == "ice_restart_unsupported"
+        assert (await error_of(r, 428))["code"] == "if_match_required"
 
 
 async def test_a_broken_session_does_not_affect_another(gateway, connect):

@@ -27,9 +27,13 @@ from tests.conftest import tone_voices
 
 pytestmark = pytest.mark.timeout(90)
 
+# What was played is kept only when asked for: these tests look at it.
+RECORDED = ReceivePathConfig(record_s=120.0, log_periods=6000)
+
 
 async def listener(gateway, **options) -> GatewayClient:
-    options.setdefault("receive_path", True)
+    options.setdefault("receive_path", RECORDED)
+    options.setdefault("capture", True)
     client = GatewayClient(gateway.url, gateway.http, **options)
     await client.connect()
     return client
@@ -300,7 +304,7 @@ async def test_reordering_and_duplication_do_not_change_what_is_heard(gateway, c
 
 
 async def test_loss_across_the_sequence_wrap_is_recovered(gateway, clients):
-    client = GatewayClient(gateway.url, gateway.http, receive_path=True)
+    client = GatewayClient(gateway.url, gateway.http, receive_path=RECORDED, capture=True)
     clients.append(client)
     with aiortc_compat.fixed_start_sequence(65535 - 40):
         await client.connect()

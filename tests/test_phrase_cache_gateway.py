@@ -45,7 +45,7 @@ def voice() -> CountingVoice:
 
 
 async def connected(gateway) -> GatewayClient:
-    client = GatewayClient(gateway.url, gateway.http)
+    client = GatewayClient(gateway.url, gateway.http, capture=True)
     await client.connect()
     return client
 

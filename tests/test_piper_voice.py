@@ -33,7 +33,7 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
     from gateway.tts.registry import VoiceRegistry
 
     gateway = await start_gateway(voices=VoiceRegistry([piper]))
-    client = GatewayClient(gateway.url, gateway.http)
+    client = GatewayClient(gateway.url, gateway.http, capture=True)
     await client.connect()
     try:
         result = await client.say("Hello there, the gateway is speaking to you now.")

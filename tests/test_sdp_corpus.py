@@ -54,10 +54,15 @@ async def test_offer_produces_its_answer(gateway, offer_path: Path):
     if os.environ.get("SDP_CORPUS_REGEN") == "1":
         answer_path.write_text(answer)
     # The policy, independent of the stored file:
-    pt = inspect_offer(offer).opus_payload_type
+    summary = inspect_offer(offer)
+    pt, red = summary.opus_payload_type, summary.red_payload_type
     lines = normalize(answer)
     audio = next(line for line in lines if line.startswith("m=audio"))
-    assert audio.endswith(f" {pt}"), "the answer lists Opus alone, under the offer's payload type"
+    listed = audio.split()[3:]
+    # Opus first, under the offer's payload type; RFC 2198 RED over it only if the offer has it
+    assert listed == ([str(pt)] if red is None else [str(pt), str(red)]), audio
+    if red is not None:
+        assert f"a=rtpmap:{red} red/48000/2" in lines and f"a=fmtp:{red} {pt}/{pt}" in lines
     assert opus_fmtp_line(pt) in lines
     assert f"a=rtcp-fb:{pt} nack" in lines
     assert f"a=rtpmap:{pt} opus/48000/2" in lines

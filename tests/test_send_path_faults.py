@@ -27,7 +27,7 @@ class FailingOwner:
 
 
 async def connected(gateway) -> tuple[GatewayClient, object]:
-    client = GatewayClient(gateway.url, gateway.http)
+    client = GatewayClient(gateway.url, gateway.http, capture=True)  # the tests read packets
     await client.connect()
     session = next(iter(gateway.registry))
     await asyncio.wait_for(session.webrtc.connected.wait(), 5)

@@ -1,9 +1,10 @@
 """``python -m gateway.client --url http://127.0.0.1:8080 --text "Hello" --out reply.wav``
 
 The reply plays through our receive path (adaptive jitter buffer, NACK, Opus FEC/PLC, real-time
-playout) and the WAV is what it played. ``--loss 5 --jitter 60`` (and the other impairment
-options) degrade the datagrams this client receives, in-process and seeded; ``--impair-send``
-degrades what it sends too (NACKs). ``--raw`` decodes the raw capture offline instead.
+playout) and the WAV is what it played, written frame by frame as it plays. ``--loss 5
+--jitter 60`` (and the other impairment options) degrade the datagrams this client receives,
+in-process and seeded; ``--impair-send`` degrades what it sends too (NACKs). ``--raw`` decodes
+the raw capture offline instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from gateway import aiortc_compat
 from gateway.client.capture import decode, first_audible
 from gateway.client.peer import GatewayClient, GatewayError
+from gateway.client.wav_sink import WavSink
 from gateway.media.opus_codec import SAMPLE_RATE
 from gateway.receive.receive_path import ReceivePathConfig
 from gateway.testing import impairment
@@ -79,8 +81,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         nack=not args.no_nack, fec=not args.no_fec
     )
     client = GatewayClient(
-        args.url, receive_path=receive_path, impairment=incoming, outgoing_impairment=outgoing
+        args.url, receive_path=receive_path, impairment=incoming, outgoing_impairment=outgoing,
+        capture=True,  # the stats below are about the raw packets too
     )
+    sink: WavSink | None = None
+    if client.receive is not None:
+        sink = WavSink(args.out)
+        client.receive.pcm.on_frame(sink)
     try:
         await client.connect()
         result = await client.say(args.text, voice=args.voice)
@@ -89,11 +96,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await _play_out(client, state.get("last_seq"), timeout=10.0)
     finally:
         await client.close()
+        if sink is not None:
+            sink.close()
     capture = client.capture
     packets = capture.ordered()
     stream = decode(packets)
-    played = stream.pcm if client.receive is None else client.receive.played_pcm()
-    write_wav_mono(args.out, played, SAMPLE_RATE)
+    if sink is None:
+        write_wav_mono(args.out, stream.pcm, SAMPLE_RATE)
+    audio_s = stream.pcm.size / SAMPLE_RATE if sink is None else sink.seconds
     audible = first_audible([p for p in packets if p.arrival >= result.said_at], stream)
     arrivals = [p.arrival for p in capture.packets]
     gaps = [b - a for a, b in itertools.pairwise(arrivals)]
@@ -110,7 +120,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "concealed_frames": stream.concealed,
         "interval_median_ms": round(statistics.median(gaps) * 1000, 2) if gaps else None,
         "interval_max_ms": round(max(gaps) * 1000, 2) if gaps else None,
-        "audio_s": round(played.size / SAMPLE_RATE, 2),
+        "audio_s": round(audio_s, 2),
         "wav": args.out,
         **_receive_stats(client),
     }

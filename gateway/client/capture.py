@@ -2,7 +2,8 @@
 
 Packets are taken straight from the receiver (``aiortc_compat.tap_rtp``), before aiortc's
 jitter buffer and decoder, so the payload bytes and arrival times are exactly what crossed the
-wire. Decoding orders packets by unwrapped sequence number and conceals gaps with libopus PLC.
+wire; they are kept only when a capture is asked for (``max_packets``), bounded. Decoding orders
+packets by unwrapped sequence number and conceals gaps with libopus PLC.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,13 +28,35 @@ class ReceivedPacket:
     ssrc: int
 
 
-@dataclass
+DEFAULT_MAX_PACKETS = 90_000  # 30 min of 20 ms packets, when a capture is asked for
+
+
 class RtpCapture:
-    max_packets: int = 90_000  # 30 min of 20 ms packets; the capture is bounded
-    packets: list[ReceivedPacket] = field(default_factory=list)
-    dropped: int = 0
-    _last_seq: int | None = None
-    _waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = field(default_factory=list)
+    """Counts packets and follows the newest sequence number (for the ``wait_*`` calls); keeps
+    the packets themselves only when asked for: ``max_packets`` > 0 (then at most that many,
+    later ones are counted in ``dropped``). A capture that keeps nothing refuses ``packets``,
+    ``ordered`` and ``missing`` rather than answer them empty."""
+
+    def __init__(self, max_packets: int = 0) -> None:
+        if max_packets < 0:
+            raise ValueError("max_packets must be >= 0")
+        self.max_packets = max_packets
+        self.count = 0  # packets seen
+        self.dropped = 0  # seen but not kept, the capture being full
+        self._packets: list[ReceivedPacket] = []
+        self._last_seq: int | None = None
+        self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
+
+    @property
+    def keeps_packets(self) -> bool:
+        return self.max_packets > 0
+
+    @property
+    def packets(self) -> list[ReceivedPacket]:
+        """The packets kept, in arrival order."""
+        if not self.keeps_packets:
+            raise RuntimeError("the RTP capture keeps no packets: GatewayClient(capture=True)")
+        return self._packets
 
     def on_packet(self, packet: object, arrival_time_ms: int) -> None:
         now = time.monotonic()
@@ -44,15 +67,16 @@ class RtpCapture:
             delta = (seq16 - self._last_seq) & 0xFFFF
             seq = self._last_seq + (delta - 0x10000 if delta >= 0x8000 else delta)
         self._last_seq = max(seq, self._last_seq) if self._last_seq is not None else seq
-        if len(self.packets) >= self.max_packets:
-            self.dropped += 1
-            return
-        self.packets.append(
-            ReceivedPacket(
-                seq, int(packet.timestamp), bytes(packet.payload), now,  # type: ignore[attr-defined]
-                int(packet.payload_type), int(packet.ssrc),  # type: ignore[attr-defined]
+        self.count += 1
+        if len(self._packets) < self.max_packets:
+            self._packets.append(
+                ReceivedPacket(
+                    seq, int(packet.timestamp), bytes(packet.payload), now,  # type: ignore[attr-defined]
+                    int(packet.payload_type), int(packet.ssrc),  # type: ignore[attr-defined]
+                )
             )
-        )
+        elif self.keeps_packets:
+            self.dropped += 1
         for item in list(self._waiters):
             condition, fut = item
             if fut.done():
@@ -81,14 +105,15 @@ class RtpCapture:
 
     async def wait_packets(self, count: int) -> None:
         """Until ``count`` packets have arrived in all."""
-        await self.wait_until(lambda: len(self.packets) >= count)
+        await self.wait_until(lambda: self.count >= count)
 
     async def wait_arrival(self, seq16: int, after_index: int = 0) -> ReceivedPacket:
         """Until a packet with 16-bit ``seq16`` arrives at capture index ``after_index`` or later
         (a retransmission of a sequence number already seen, say); returns it."""
+        packets = self.packets
 
         def find() -> ReceivedPacket | None:
-            for p in self.packets[after_index:]:
+            for p in packets[after_index:]:
                 if p.seq & 0xFFFF == seq16 & 0xFFFF:
                     return p
             return None

@@ -2,8 +2,10 @@
 
 It offers recvonly audio, posts the offer as ``application/sdp``, taps raw RTP (no aiortc jitter
 buffer or decoder) and asks for speech through the HTTP API. Every packet goes to the raw
-capture (``capture``) and, with ``receive_path``, to our own receive path (``receive``: jitter
-buffer, NACK, FEC/PLC, real-time playout). ``impairment`` degrades the datagrams this peer
+capture (``capture``: counts and the newest sequence number for the ``wait_*`` calls; the
+packets themselves only with ``capture=True`` or a bound) and, with ``receive_path``, to our own
+receive path (``receive``: jitter buffer, NACK, FEC/PLC, real-time playout; its recording and
+period log are opt-in in its ``ReceivePathConfig``). ``impairment`` degrades the datagrams this peer
 receives (``outgoing_impairment``: the ones it sends, NACKs included), in-process and seeded.
 """
 
@@ -20,7 +22,7 @@ import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
-from gateway.client.capture import RtpCapture
+from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.testing.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 
@@ -51,14 +53,18 @@ class GatewayClient:
         impairment: ImpairmentConfig | None = None,
         outgoing_impairment: ImpairmentConfig | None = None,
         aiortc_decoder: bool = False,
+        capture: bool | int = False,
     ) -> None:
-        """``aiortc_decoder``: keep aiortc's own jitter buffer and decoder running too (its
-        track, ``receiver.track``, then yields decoded frames), for comparisons."""
+        """``receive_path``: True for the default config (nothing recorded), or a config.
+        ``aiortc_decoder``: keep aiortc's own jitter buffer and decoder running too (its
+        track, ``receiver.track``, then yields decoded frames), for comparisons. ``capture``:
+        keep the raw packets, up to 90,000 (True) or the number given."""
         self.base_url = base_url.rstrip("/")
         self._http = http
         self._own_http = http is None
         self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-        self.capture = RtpCapture()
+        max_packets = DEFAULT_MAX_PACKETS if capture is True else int(capture)
+        self.capture = RtpCapture(max_packets)
         self.receive: ReceivePath | None = None
         if receive_path:
             config = receive_path if isinstance(receive_path, ReceivePathConfig) else None

@@ -77,8 +77,9 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_direct", "_header", "_last_error", "_pending_sends", "_running", "_sender", "_seq",
-        "_ts_origin", "pacer", "queue", "silence", "sink", "stats", "store", "ticker",
+        "_direct", "_header", "_last_error", "_pending_sends", "_red_header", "_running",
+        "_sender", "_seq", "_ts_origin", "pacer", "queue", "silence", "sink", "stats", "store",
+        "ticker",
     )
 
     def __init__(self, sink: RtpSink) -> None:
@@ -108,6 +109,11 @@ class BatchStream:
             payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid
         )
         self.store.header = self._header  # NACKed packets are rebuilt from it
+        self._red_header = None
+        if self.sink.red is not None:
+            self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
+                self.sink.red.red_pt, aiortc_compat.sender_ssrc(sender), extensions, mid
+            )
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._running = True
         self._schedule()
@@ -158,7 +164,12 @@ class BatchStream:
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF
-        data = self._header.build(seq, timestamp, ast_bytes, payload)
+        red = self.sink.red
+        is_red = False
+        if red is not None:
+            payload, is_red = red.wrap(payload, timestamp, now)
+        header = self._red_header if is_red else self._header
+        data = header.build(seq, timestamp, ast_bytes, payload)
         sender = self._sender
         assert sender is not None
         aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
@@ -166,7 +177,7 @@ class BatchStream:
         if drop is None or not drop(data):
             self._transmit(data, sender)
         # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
-        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now)
+        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now, is_red)
 
     def _transmit(self, data: bytes, sender: RTCRtpSender) -> None:
         direct = self._direct

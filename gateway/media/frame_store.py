@@ -35,14 +35,16 @@ class StoredPacket:
     seq: int
     timestamp: int
     packet: bytes  # the serialized RTP packet, resent unchanged
-    payload: bytes  # the Opus packet it carries
+    payload: bytes  # the RTP payload it carries (an Opus packet, or RED wrapping Opus packets)
     frame: EncodedFrame | None
     sent_at: float
+    red: bool = False  # sent as RFC 2198 RED (``payload`` is the RED payload)
 
 
 class FrameStore:
     __slots__ = ("_abs_send_times", "_clock", "_indexes", "_newest", "_owners", "_packets",
-                 "_sent_at", "_seqs", "_timestamps", "capacity", "header", "recorded")
+                 "_red", "_sent_at", "_seqs", "_timestamps", "capacity", "header", "recorded",
+                 "red_header")
 
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
@@ -59,7 +61,9 @@ class FrameStore:
         self._packets: list[bytes] = [b""] * RING  # the Opus payloads
         self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
         self._indexes = array("I", [0]) * RING
+        self._red = bytearray(RING)  # 1: the packet went out as RED (under ``red_header``)
         self.header: RtpHeaderTemplate | None = None  # set by the send path when it starts
+        self.red_header: RtpHeaderTemplate | None = None  # the RED payload type's, if any
         self._newest: int | None = None
         self.recorded = 0
 
@@ -72,6 +76,7 @@ class FrameStore:
         index: int = 0,
         abs_send_time: int = 0,
         at: float | None = None,
+        red: bool = False,
     ) -> None:
         """Keep the packet sent as ``seq`` (its payload and the abs-send-time it carried; the
         header comes from ``header``) for frame ``index`` of ``owner`` (None: keep-alive
@@ -84,6 +89,7 @@ class FrameStore:
         self._abs_send_times[i] = abs_send_time
         self._sent_at[i] = at
         self._packets[i] = payload
+        self._red[i] = red
         self._owners[i] = owner
         self._newest = seq
         self.recorded += 1
@@ -101,7 +107,8 @@ class FrameStore:
         i = seq & (RING - 1)
         if self._seqs[i] != seq:
             return None
-        header = self.header
+        red = bool(self._red[i])
+        header = self.red_header if red else self.header
         if header is None:
             return None
         timestamp = self._timestamps[i]
@@ -109,7 +116,7 @@ class FrameStore:
         packet = header.build(seq, timestamp, self._abs_send_times[i].to_bytes(3, "big"), payload)
         owner = self._owners[i]
         frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
-        return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i])
+        return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i], red)
 
     @property
     def newest_seq(self) -> int | None:

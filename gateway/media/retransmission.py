@@ -30,8 +30,10 @@ from aiortc import RTCRtpSender
 from gateway import aiortc_compat
 from gateway.media import rtp_header
 from gateway.media.frame_store import StoredPacket
-from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
+from gateway.media.opus_codec import RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
+from gateway.media.rtp_header import ntp_now
 from gateway.media.rtp_sink import RtpSink
+from gateway.rtp import red
 from gateway.rtp.nack_responder import (
     NackDecision,
     NackOutcome,
@@ -39,7 +41,9 @@ from gateway.rtp.nack_responder import (
     concealment_payload,
 )
 from gateway.rtp.rtcp_nack import MalformedRtcp, is_nack, iter_rtcp_packets, parse_nack_packet
+from gateway.rtp.rtcp_report import is_report, parse_report_blocks
 from gateway.rtp.seqnum import seq_diff
+from gateway.runtime.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,7 @@ class RetransmissionCounters:
     cancelled: int = 0  # speech cut off by barge-in: concealment instead of a resend
     concealments_sent: int = 0
     send_failed: int = 0  # answers that could not be protected or sent
+    reports: int = 0  # receiver report blocks about our stream
     malformed: int = 0
     foreign_ssrc: int = 0  # NACKs for a stream that is not ours
     test_dropped: int = 0  # first transmissions dropped by the test-only option
@@ -81,6 +86,8 @@ class Retransmitter:
         self._sender: RTCRtpSender | None = None
         self._ssrc: int | None = None
         self._send_error_logged = False
+        self.rtt_s: float | None = None  # from the receiver's reports (LSR/DLSR)
+        self.fraction_lost = 0.0  # the latest report's
 
     def attach(self, sender: RTCRtpSender) -> None:
         """Start answering NACKs for ``sender`` (call after the remote description is set)."""
@@ -97,8 +104,10 @@ class Retransmitter:
             return b""
         rest: list[bytes] = []
         for packet in packets:
+            if is_report(packet):
+                self._on_report(packet)
             if not is_nack(packet):
-                rest.append(packet)
+                rest.append(packet)  # aiortc keeps its own statistics from reports
                 continue
             try:
                 nack = parse_nack_packet(packet)
@@ -108,6 +117,8 @@ class Retransmitter:
             if nack.media_ssrc != self._ssrc:
                 self.counters.foreign_ssrc += 1
                 continue
+            if self.sink.red is not None:
+                self.sink.red.loss_reported()
             for outcome in self.responder.handle_nack(nack.seqs, self.clock()):
                 try:
                     await self._answer(outcome)
@@ -138,6 +149,29 @@ class Retransmitter:
             await aiortc_compat.send_unprotected(self._sender.transport, packet)
             self.counters.concealments_sent += 1
 
+    def _on_report(self, packet: bytes) -> None:
+        """A receiver report on our stream: loss (turns adaptive RED on), jitter, RTT (the NACK
+        responder's back-off follows it)."""
+        try:
+            blocks = parse_report_blocks(packet)
+        except MalformedRtcp:
+            self.counters.malformed += 1
+            return
+        for block in blocks:
+            if block.ssrc != self._ssrc:
+                continue
+            self.counters.reports += 1
+            rtt = block.rtt_s(ntp_now())
+            if rtt is not None:
+                self.rtt_s = rtt
+                self.responder.rtt_s = rtt
+                METRICS.rtt.observe(rtt)
+            self.fraction_lost = block.fraction_lost
+            METRICS.fraction_lost.observe(block.fraction_lost)
+            METRICS.jitter.observe(block.jitter / RTP_CLOCK_RATE)
+            if block.fraction_lost > 0 and self.sink.red is not None:
+                self.sink.red.loss_reported()
+
     def _concealment_for(self, seq: int) -> bytes | None:
         """The newest packet's header (SSRC, PT, extensions) with ``seq``, the timestamp that
         sequence number had, and a concealment payload."""
@@ -149,7 +183,19 @@ class Retransmitter:
         if age < 0:  # a sequence number we have not reached: nothing to conceal
             return None
         timestamp = (newest.timestamp - age * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-        payload = concealment_payload(newest.payload[:1] or b"\x68")
+        opus = newest.payload
+        if newest.red:  # conceal as plain Opus: the TOC of the newest primary frame
+            try:
+                opus = red.primary(newest.payload)
+            except red.MalformedRed:
+                opus = b""
+        payload = concealment_payload(opus[:1] or b"\x68")
+        if newest.red:
+            header = self.store.header
+            if header is None:
+                return None
+            ast = rtp_header.abs_send_time(ntp_now()).to_bytes(3, "big")
+            return header.build(seq, timestamp, ast, payload)
         return rtp_header.rewrite(newest.packet, len(newest.payload), seq, timestamp, payload)
 
     def _sync_counters(self) -> None:

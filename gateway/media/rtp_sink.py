@@ -26,6 +26,7 @@ from gateway.media.frame_store import FrameStore
 from gateway.media.frames import FrameOwner
 from gateway.media.opus_codec import FRAME_MS
 from gateway.media.pacer import PacingClock
+from gateway.media.red_sender import RedSender
 from gateway.media.ticker import Ticker
 
 
@@ -65,7 +66,7 @@ def take_slot(
 
 
 class RtpSink:
-    __slots__ = ("drop_first_tx", "pacer", "queue", "silence", "stats", "store", "ticker")
+    __slots__ = ("drop_first_tx", "pacer", "queue", "red", "silence", "stats", "store", "ticker")
 
     def __init__(
         self,
@@ -87,6 +88,7 @@ class RtpSink:
         self.pacer = pacer
         self.stats = SendStats()
         self.drop_first_tx: Callable[[bytes], bool] | None = None
+        self.red: RedSender | None = None  # RFC 2198 redundancy, when negotiated and wanted
 
     def take_slot(self, now: float | None = None) -> tuple[bytes, FrameOwner | None, int, int]:
         return take_slot(self.queue, self.pacer, self.stats, self.silence, now)

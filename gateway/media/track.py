@@ -41,11 +41,12 @@ log = logging.getLogger(__name__)
 class SenderHistory:
     """What aiortc's sender takes for its retransmission history: records into the sink."""
 
-    __slots__ = ("next_frame", "sink")
+    __slots__ = ("next_frame", "next_red", "sink")
 
     def __init__(self, sink: RtpSink) -> None:
         self.sink = sink
         self.next_frame: EncodedFrame | None = None  # set by the track just before aiortc sends
+        self.next_red = False  # ... and whether that payload is RED
 
     def __setitem__(self, key: int, packet: Any) -> None:
         frame, self.next_frame = self.next_frame, None
@@ -54,7 +55,7 @@ class SenderHistory:
             ast = packet.extensions.abs_send_time
             self.sink.store.record_sent(
                 int(packet.sequence_number), int(packet.timestamp), bytes(packet.payload),
-                owner, index, 0 if ast is None else int(ast),
+                owner, index, 0 if ast is None else int(ast), red=self.next_red,
             )
         except Exception:
             self.sink.stats.send_errors += 1
@@ -81,8 +82,17 @@ class PassthroughOpusTrack(MediaStreamTrack):
         """Become ``sender``'s source and history (after negotiation, before it starts)."""
         self._sender, self._payload_type = sender, payload_type
         aiortc_compat.install_sender_history(sender, self.history)
-        if self.sink.drop_first_tx is not None:
-            aiortc_compat.drop_first_transmissions(sender.transport, self.sink.drop_first_tx)
+        if self.sink.drop_first_tx is not None or self.sink.red is not None:
+            aiortc_compat.filter_first_transmissions(sender.transport, self._first_transmission)
+
+    def _first_transmission(self, data: bytes) -> bytes | None:
+        """aiortc sends every packet under the Opus payload type: a RED payload gets RED's
+        (the marker bit kept), and the test-only drop applies."""
+        red = self.sink.red
+        if red is not None and self.history.next_red:
+            data = bytes((data[0], (data[1] & 0x80) | red.red_pt)) + data[2:]
+        drop = self.sink.drop_first_tx
+        return None if drop is not None and drop(data) else data
 
     def _start(self) -> None:
         # aiortc calls recv() once the sender is configured (mid, header extensions): the
@@ -90,9 +100,14 @@ class PassthroughOpusTrack(MediaStreamTrack):
         sender = self._sender
         if sender is not None and self.sink.store.header is None:
             mid, extensions = aiortc_compat.sender_rtp_context(sender)
+            ssrc = aiortc_compat.sender_ssrc(sender)
             self.sink.store.header = RtpHeaderTemplate.from_aiortc(
-                self._payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid
+                self._payload_type, ssrc, extensions, mid
             )
+            if self.sink.red is not None:
+                self.sink.store.red_header = RtpHeaderTemplate.from_aiortc(
+                    self.sink.red.red_pt, ssrc, extensions, mid
+                )
 
     @property
     def pacer(self) -> PacingClock:
@@ -120,6 +135,11 @@ class PassthroughOpusTrack(MediaStreamTrack):
         payload, owner, index, slot = self.sink.take_slot()
         # aiortc packs this packet and records it (SenderHistory) synchronously after we return.
         self.history.next_frame = None if owner is None else EncodedFrame(payload, owner, index)
+        red = self.sink.red
+        if red is not None:
+            # offsets are what RED carries: the slot's pts is aiortc's timestamp less its origin
+            pts = slot * RTP_TICKS_PER_FRAME
+            payload, self.history.next_red = red.wrap(payload, pts, self.sink.pacer.now())
         packet = av.Packet(payload)
         packet.pts = slot * RTP_TICKS_PER_FRAME
         packet.time_base = TIME_BASE

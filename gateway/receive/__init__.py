@@ -1,5 +1,21 @@
-"""The receive path as a component: jitter buffer, loss tracking, NACK generation, Opus
-FEC/PLC decoding and playout. Used by the headless client and (next) the gateway's uplink.
+"""The receive path as a component: RTP of one Opus stream in, 20 ms of 24 kHz PCM out.
+
+``ReceivePath`` (receive_path.py) wires it together: ``on_rtp``/``on_packet`` in, ``start()`` /
+``close()``, ``pcm`` (pcm_source.py: a bounded ring to ``read()``/``await wait()``/``async for``,
+or ``on_frame`` callbacks) out, ``stats``; ``ReceivePathConfig`` (receive_config.py) holds its
+switches, with the recording and the period log off unless asked for. Its parts:
+
+* jitter_buffer.py: adaptive, one slot per sequence number, each at its real duration (10-60 ms
+  packets), pauses (DTX, mute: a timestamp jump with no sequence gap) told apart from loss;
+* loss_tracker.py: loss is a sequence gap, never a pause; the NACK generator is gateway.rtp's,
+  nack_sender.py sends what it asks for (the component's one task);
+* frame_decoder.py, opus_packet.py, sample_queue.py: Opus decoding with FEC/PLC at each slot's
+  duration, cut into 20 ms periods;
+* playout.py: the playout clock, a tick callback per period on the shared ticker
+  (gateway.media.ticker), absolute schedule, a failing period counted and skipped;
+* receive_stats.py, sliding_window.py: counters and delay trackers, sorted windows.
+
+Used by the headless client (gateway.client) and next by the gateway's microphone uplink.
 
 Layer: below tts/speech. May import media, rtp, runtime.
 """

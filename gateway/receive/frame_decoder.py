@@ -1,10 +1,13 @@
-"""Turns what the jitter buffer hands out each playout period into 20 ms of 24 kHz PCM.
+"""Turns what the jitter buffer hands out into 24 kHz PCM, each slot at its real duration.
 
-``FRAME`` is decoded; a one-byte Opus packet (no frame data: the gateway's answer to a NACK it
-could not serve) decodes through libopus PLC and counts as concealed. ``LOST`` is rebuilt from the
-in-band FEC (LBRR) of the next packet when that packet is buffered, FEC is on and the packet
-carries LBRR data; otherwise libopus PLC conceals it. ``UNDERRUN`` plays PLC for a few periods
-after audio has played (so a stall fades out instead of clicking), silence otherwise.
+``FRAME`` is decoded as it is: libopus returns the packet's own length (2.5 to 120 ms, one frame
+or several). A one-byte Opus packet (no frame data: the gateway's answer to a NACK it could not
+serve) decodes through libopus PLC for the slot's duration and counts as concealed. ``LOST`` is
+rebuilt from the in-band FEC (LBRR) of the next packet when that packet is buffered, FEC is on
+and the packet carries LBRR data; otherwise libopus PLC conceals it, for the duration the jitter
+buffer measured in RTP timestamps (48 kHz ticks; two ticks per 24 kHz sample). ``UNDERRUN``
+fills what the caller asks for: PLC for a few periods after audio has played (so a stall or the
+start of a pause fades out instead of clicking), silence after that and before any audio.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import enum
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder
+from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE, SAMPLE_RATE, OpusFrameDecoder
 from gateway.media.opus_lib import opuslib
 from gateway.receive.jitter_buffer import PopKind, PopResult
+from gateway.receive.opus_packet import has_lbrr
 
-_CELT_ONLY_FIRST_CONFIG = 16  # RFC 6716 §3.1: configs 16..31 are CELT-only (no LBRR)
-_SILENCE = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+__all__ = ["FrameDecoder", "FrameKind", "has_lbrr", "ticks_to_samples"]
+
+_TICKS_PER_SAMPLE = RTP_CLOCK_RATE // SAMPLE_RATE  # 2
+_PLC_STEP = SAMPLE_RATE // 400  # libopus conceals in multiples of 2.5 ms (60 samples)
+_MAX_SAMPLES = SAMPLE_RATE * 120 // 1000  # 120 ms: the most one decode call returns
 
 
 class FrameKind(enum.Enum):
@@ -26,22 +33,14 @@ class FrameKind(enum.Enum):
     FEC = "fec"  # lost, rebuilt from the next packet's LBRR data
     PLC = "plc"  # lost, concealed
     CONCEALMENT_PACKET = "concealment_packet"  # the sender had nothing left: concealed
-    UNDERRUN = "underrun"  # nothing to play
+    UNDERRUN = "underrun"  # nothing to play (a stall, or the sender paused: DTX, mute)
     INSERTED = "inserted"  # silence added in a pause to let the jitter buffer fill up
 
 
-def has_lbrr(packet: bytes) -> bool:
-    """Whether an Opus packet's first SILK frame carries LBRR (in-band FEC) data.
-
-    Same test as libopus 1.5's ``opus_packet_has_lbrr`` for the one-frame and two-equal-frame
-    codes (0 and 1) of 20 ms mono packets: the LBRR flag is the second bit of the first frame.
-    Other codes are assumed to carry it unless CELT-only (decode_fec falls back to PLC anyway).
-    """
-    if len(packet) < 2 or packet[0] >> 3 >= _CELT_ONLY_FIRST_CONFIG:
-        return False
-    if packet[0] & 0x3 in (0, 1):
-        return bool((packet[1] >> 6) & 1)
-    return True
+def ticks_to_samples(ticks: int) -> int:
+    """24 kHz samples in ``ticks`` of the RTP clock, in whole 2.5 ms steps (at least one)."""
+    samples = ticks // _TICKS_PER_SAMPLE if ticks > 0 else FRAME_SAMPLES
+    return min(_MAX_SAMPLES, max(_PLC_STEP, samples - samples % _PLC_STEP))
 
 
 class FrameDecoder:
@@ -54,35 +53,46 @@ class FrameDecoder:
         self._underrun_run = 0
         self._played_audio = False
 
-    def decode(self, result: PopResult) -> tuple[FrameKind, np.ndarray]:
+    def decode(
+        self, result: PopResult, underrun_samples: int = FRAME_SAMPLES
+    ) -> tuple[FrameKind, np.ndarray]:
+        """PCM for one slot; ``underrun_samples``: how much to fill when there is none."""
         if result.kind is PopKind.UNDERRUN:
             self._underrun_run += 1
             if self._played_audio and self._underrun_run <= self._plc_underrun_frames:
-                return FrameKind.UNDERRUN, self._fit(self._decoder.conceal())
-            return FrameKind.UNDERRUN, _SILENCE.copy()
+                return FrameKind.UNDERRUN, self._conceal(underrun_samples)
+            return FrameKind.UNDERRUN, np.zeros(underrun_samples, dtype=np.int16)
         self._underrun_run = 0
         self._played_audio = True
+        samples = ticks_to_samples(result.duration)
         if result.kind is PopKind.FRAME:
             payload = result.payload or b""
             if len(payload) <= 1:
-                return FrameKind.CONCEALMENT_PACKET, self._fit(self._decoder.conceal())
+                return FrameKind.CONCEALMENT_PACKET, self._conceal(samples)
             try:
-                return FrameKind.FRAME, self._fit(self._decoder.decode(payload))
+                pcm = self._decoder.decode(payload)
             except opuslib.OpusError:  # a corrupt packet is a lost one
-                return FrameKind.PLC, self._fit(self._decoder.conceal())
+                return FrameKind.PLC, self._conceal(samples)
+            if not pcm.size:
+                return FrameKind.PLC, self._conceal(samples)
+            return FrameKind.FRAME, pcm
         fec_payload = result.fec_payload
         if self.fec and fec_payload is not None and has_lbrr(fec_payload):
             try:
-                return FrameKind.FEC, self._fit(self._decoder.recover_fec(fec_payload))
+                return FrameKind.FEC, self._decoder.recover_fec(fec_payload, samples)
             except opuslib.OpusError:
                 pass
-        return FrameKind.PLC, self._fit(self._decoder.conceal())
+        return FrameKind.PLC, self._conceal(samples)
 
-    @staticmethod
-    def _fit(pcm: np.ndarray) -> np.ndarray:
-        """Exactly one 20 ms frame (a corrupt or longer packet must not shift the timeline)."""
-        if pcm.size == FRAME_SAMPLES:
-            return pcm
-        out = np.zeros(FRAME_SAMPLES, dtype=np.int16)
-        out[: min(pcm.size, FRAME_SAMPLES)] = pcm[:FRAME_SAMPLES]
+    def _conceal(self, samples: int) -> np.ndarray:
+        """Exactly ``samples`` of libopus PLC, asked for in whole 2.5 ms steps of at most 120 ms."""
+        out = np.zeros(samples, dtype=np.int16)
+        done = 0
+        while done < samples:
+            ask = min(_MAX_SAMPLES, -(-(samples - done) // _PLC_STEP) * _PLC_STEP)
+            got = self._decoder.conceal(ask)[: samples - done]
+            if not got.size:
+                break  # (silence for the rest)
+            out[done : done + got.size] = got
+            done += got.size
         return out

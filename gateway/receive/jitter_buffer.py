@@ -1,45 +1,60 @@
-"""Receive-side adaptive jitter buffer for 20 ms Opus frames (one frame per RTP packet).
+"""Receive-side adaptive jitter buffer for Opus over RTP: one slot per sequence number.
 
-Driving it: call :meth:`JitterBuffer.insert` for every received RTP packet and
-:meth:`JitterBuffer.pop` once per frame period (20 ms) from the playout clock; both take times in
-seconds from the same monotonic clock. ``pop`` returns a :class:`PopResult`:
+Driving it: call :meth:`JitterBuffer.insert` for every received RTP packet (with its duration in
+RTP ticks when known: ``opus_packet.packet_ticks``) and :meth:`JitterBuffer.pop` whenever the
+decoded audio runs short of a playout period (20 ms): once per period for 20 ms packets, twice
+for 10 ms ones, every third period for 60 ms ones, and once per period while it underruns.
+Both take times in seconds from the same monotonic clock. ``pop`` returns a :class:`PopResult`:
 
-* ``FRAME``: decode ``payload`` normally.
-* ``LOST``: the frame ``seq`` is missing at its playout time. If ``fec_payload`` (the payload of
-  ``seq + 1``) is set, decode it with ``decode_fec=True`` to rebuild the lost frame from in-band
-  FEC, else run PLC (decode with no data). The next ``pop`` returns ``seq + 1`` normally.
-* ``UNDERRUN``: nothing to play (buffering at start, after the stream stalled, or before the first
-  packet): conceal or play silence. Nothing is consumed.
+* ``FRAME``: decode ``payload`` normally. ``ts_gap`` is how far (RTP ticks) its timestamp jumped
+  past the end of the previous slot with no sequence gap: the sender paused (DTX, mute).
+* ``LOST``: the slot ``seq`` is missing at its playout time; ``duration`` is its length as the
+  timestamps around it tell (else the stream's packet duration). If ``fec_payload`` (the payload
+  of ``seq + 1``) is set, decode it with ``decode_fec=True`` to rebuild the lost slot from
+  in-band FEC, else run PLC for ``duration``. The next ``pop`` returns ``seq + 1`` normally.
+* ``UNDERRUN``: nothing to play (buffering at start, after the stream stalled or paused, or
+  before the first packet): conceal or play silence. Nothing is consumed.
 
-Playout follows sequence numbers, not timestamps (each seq is one 20 ms frame). It starts once
-``target_frames`` frames are buffered (or the oldest buffered packet has waited that long). On an
-underrun it holds the playout point and buffers again; when packets resume, missing frames at the
-head whose time slots already passed as underruns are skipped (counted lost) so a burst loss does
-not add latency, while a pure delay spike does (nothing is dropped). The latency is trimmed back by
-discarding one frame whenever the depth stays above ``target_frames`` for ``catchup_pops`` pops
-in a row (the minimum depth over that time shows the excess is not just arrival phase).
+Playout follows sequence numbers, not timestamps: a sender that pauses (DTX sends one packet
+per 400 ms, mute sends none for seconds) makes the buffer run dry and start over when packets
+come back, never conceal or count the pause as loss; a timestamp jump between buffered packets
+is not filled with silence either (it would only add latency). Durations are in RTP ticks and
+targets in frames of ``frame_ticks`` (20 ms): a slot counts for its own duration, so 10 to
+60 ms packets buffer the same time. Playout starts once ``target_frames`` are buffered (or the
+oldest buffered packet has waited that long). On an underrun it holds the playout point and
+buffers again; when packets resume, missing slots at the head whose time already passed as
+underruns are skipped (counted lost) so a burst loss does not add latency, while a pure delay
+spike does (nothing is dropped). A resumption whose first packet jumped in timestamp with no
+sequence gap counts as a pause (``pauses``), not a stall. The latency is trimmed back by
+discarding the head slot whenever dropping it still leaves ``target_frames`` buffered for
+``catchup_pops`` frames of playout in a row (the minimum depth over that time shows the excess
+is not just arrival phase).
 
-The target (``min_frames``..``max_frames``) follows the ``quantile`` of the recent delay variation
-(each packet's transit time minus the smallest transit in the last ``window`` packets): it grows at
-once when jitter rises and shrinks by one frame per ``shrink_interval_s`` when calm. Pass
+The target follows the recent delay variation (:class:`JitterTarget`: ``min_frames`` ..
+``max_frames``, never less than one packet more than the one being played, so 3 frames for
+40 ms packets and 4 for 60 ms ones; fast up, one frame per ``shrink_interval_s`` down). Pass
 ``retransmitted=True`` for NACK repairs so their extra round trip does not count as jitter.
-``jitter_ms`` is the RFC 3550 interarrival jitter estimate. A transit-time jump above
-``max_transit_jump_s`` (a timestamp discontinuity) restarts the delay measurement instead.
+``jitter_ms`` is the RFC 3550 interarrival jitter estimate.
 
-A packet ``resync_frames`` (default 250 = 5 s) or more ahead of the newest one, or three in a row
-that far behind, mean the sender restarted: the buffer flushes and starts over on the new numbers.
-Memory is bounded: at most ``capacity`` frames are buffered (older ones are discarded to make room)
-and ``capacity`` played sequence numbers are remembered for duplicate detection.
+A packet ``resync_frames`` (default 250) or more sequence numbers ahead of the newest one, or
+three in a row that far behind, mean the sender restarted: the buffer flushes and starts over on
+the new numbers. Memory is bounded: at most ``capacity`` packets are buffered (older ones are
+discarded to make room) and ``capacity`` played sequence numbers are remembered for duplicate
+detection.
 """
 
 from __future__ import annotations
 
 import enum
-import math
+import functools
 from collections import deque
 from dataclasses import dataclass, replace
 
+from gateway.receive.jitter_target import JitterTarget
+from gateway.receive.opus_packet import MAX_PACKET_TICKS
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper
+
+_TICK_STEP = 120  # 2.5 ms at 48 kHz: the finest Opus frame, and PLC's granularity
 
 
 class PopKind(enum.Enum):
@@ -57,10 +72,12 @@ class InsertResult(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class PopResult:
     kind: PopKind
-    seq: int | None = None  # 16-bit seq of the frame played (FRAME) or missing (LOST)
+    seq: int | None = None  # 16-bit seq of the slot played (FRAME) or missing (LOST)
     timestamp: int | None = None  # RTP timestamp (FRAME only)
     payload: bytes | None = None  # FRAME only
     fec_payload: bytes | None = None  # LOST only: payload of seq + 1, if already buffered
+    duration: int = 0  # RTP ticks the slot stands for (0: unknown, one frame)
+    ts_gap: int = 0  # FRAME only: timestamp jump before it with no sequence gap (a pause)
 
 
 @dataclass
@@ -68,13 +85,14 @@ class JitterStats:
     received: int = 0  # every insert() call
     late: int = 0  # arrived after its playout point (played out as lost, or skipped)
     duplicate: int = 0
-    lost: int = 0  # frames missing at playout time (concealed, FEC'd or skipped)
-    dropped: int = 0  # buffered frames discarded to cut latency or on overflow
+    lost: int = 0  # slots missing at playout time (concealed, FEC'd or skipped)
+    dropped: int = 0  # buffered packets discarded to cut latency or on overflow
     played: int = 0
-    underruns: int = 0  # transitions from playing to underrun
+    underruns: int = 0  # transitions from playing to underrun (pauses included)
+    pauses: int = 0  # ... of those, resumed on a timestamp jump with no sequence gap
     resyncs: int = 0  # stream (re)starts: the first packet, and jumps of >= resync_frames
     target_frames: int = 0
-    depth: int = 0  # frames from the playout point to the newest buffered frame
+    depth: int = 0  # frames (20 ms) from the playout point to the end of the newest packet
     jitter_ms: float = 0.0
 
 
@@ -82,6 +100,8 @@ class JitterStats:
 class _Packet:
     seq: int
     timestamp: int
+    uts: int  # unwrapped timestamp
+    duration: int  # RTP ticks
     payload: bytes
     arrival: float
 
@@ -109,47 +129,49 @@ class JitterBuffer:
             raise ValueError("need 1 <= min_frames <= max_frames <= capacity")
         if not 0.0 <= quantile <= 1.0 or window < 1 or catchup_pops < 1:
             raise ValueError("bad quantile, window or catchup_pops")
-        self._min = min_frames
-        self._max = max_frames
         self._capacity = capacity
+        self._frame_ticks = frame_ticks
         self._frame_s = frame_ticks / clock_rate
-        self._clock_rate = clock_rate
-        self._quantile = quantile
-        self._shrink_interval = shrink_interval_s
-        self._catchup_pops = catchup_pops
-        self._window = window
+        self._catchup_ticks = catchup_pops * frame_ticks
         self._resync_frames = max(resync_frames, capacity)
-        self._max_transit_jump_s = max_transit_jump_s
+        self._new_target = functools.partial(
+            JitterTarget,
+            min_frames=min_frames,
+            max_frames=max_frames,
+            frame_ticks=frame_ticks,
+            clock_rate=clock_rate,
+            window=window,
+            quantile=quantile,
+            shrink_interval_s=shrink_interval_s,
+            max_transit_jump_s=max_transit_jump_s,
+        )
         self.reset()
 
     def reset(self) -> None:
         """Forget the stream and restart the statistics."""
         self._stats = JitterStats()
-        self._target = self._min
+        self._delay = self._new_target()
+        self._packet_ticks = self._frame_ticks  # the stream's packet duration (the newest's)
         self._resync()
 
     def _resync(self) -> None:
         """Start over on a new timeline (sender restart): keeps statistics and target."""
         self._packets: dict[int, _Packet] = {}  # unwrapped seq -> packet
+        self._buffered_ticks = 0  # sum of their durations
         self._seqs = Unwrapper(16)
         self._tss = Unwrapper(32)
         self._next: int | None = None  # unwrapped seq to play next
         self._newest: int | None = None
+        self._play_end: int | None = None  # unwrapped timestamp where the last slot ended
         self._playing = False
         self._started = False
-        self._underrun_pops = 0
-        self._excess_pops = 0
+        self._resumed = False  # playing again after an underrun, nothing played since
+        self._underrun_since: float | None = None  # unplayed pops since then, not yet skipped
+        self._excess_ticks = 0
         self._far_streak = 0
         self._played: deque[int] = deque(maxlen=self._capacity)
         self._played_set: set[int] = set()
-        self._rebaseline()
-        self._jitter = 0.0
-        self._target_justified_at: float | None = None
-
-    def _rebaseline(self) -> None:
-        self._last_transit: float | None = None
-        self._transits: deque[float] = deque(maxlen=self._window)
-        self._variations: deque[float] = deque(maxlen=self._window)
+        self._delay.restart()
 
     # -- input ----------------------------------------------------------------------------
 
@@ -161,7 +183,9 @@ class JitterBuffer:
         arrival_time: float,
         *,
         retransmitted: bool = False,
+        duration: int | None = None,
     ) -> InsertResult:
+        """``duration``: the packet's length in RTP ticks (None: the stream's so far)."""
         self._stats.received += 1
         seq &= SEQ_MASK
         if self._newest is not None:
@@ -185,8 +209,11 @@ class JitterBuffer:
         if useq in self._packets or useq in self._played_set:
             self._stats.duplicate += 1
             return InsertResult.DUPLICATE
+        if duration is not None and 0 < duration <= MAX_PACKET_TICKS:
+            self._packet_ticks = duration
+        ticks = self._packet_ticks if duration is None else max(1, duration)
         if not retransmitted:
-            self._measure(uts, arrival_time)
+            self._delay.measure(uts, arrival_time, self._packet_ticks)
         if self._next is None:
             self._next = useq
         elif useq < self._next:
@@ -194,7 +221,9 @@ class JitterBuffer:
                 self._stats.late += 1
                 return InsertResult.LATE
             self._next = useq  # reordered before the first frame was played
-        self._packets[useq] = _Packet(seq, timestamp & 0xFFFFFFFF, payload, arrival_time)
+        packet = _Packet(seq, timestamp & 0xFFFFFFFF, uts, ticks, payload, arrival_time)
+        self._packets[useq] = packet
+        self._buffered_ticks += ticks
         if self._newest is None or useq > self._newest:
             self._newest = useq
         if useq - self._next >= self._capacity:
@@ -204,34 +233,11 @@ class JitterBuffer:
     def _slide(self, new_next: int) -> None:
         """Keep the window within capacity: discard what falls out, skip the empty head."""
         for useq in [s for s in self._packets if s < new_next]:
-            del self._packets[useq]
+            self._buffered_ticks -= self._packets.pop(useq).duration
             self._stats.dropped += 1
         self._next = min(self._packets)
-        self._underrun_pops = 0
-
-    def _measure(self, uts: int, arrival: float) -> None:
-        transit = arrival - uts / self._clock_rate
-        if self._last_transit is not None:
-            d = abs(transit - self._last_transit)
-            if d > self._max_transit_jump_s:
-                self._rebaseline()  # timestamps jumped: a new timeline, not jitter
-            else:
-                self._jitter += (d - self._jitter) / 16.0  # RFC 3550 §6.4.1
-        self._last_transit = transit
-        self._transits.append(transit)
-        self._variations.append(transit - min(self._transits))
-        ordered = sorted(self._variations)
-        variation = ordered[min(len(ordered) - 1, int(self._quantile * len(ordered)))]
-        need = 1 + math.ceil(variation / self._frame_s - 1e-9)
-        need = max(self._min, min(self._max, need))
-        if need >= self._target:
-            self._target = need
-            self._target_justified_at = arrival
-        elif self._target_justified_at is None:
-            self._target_justified_at = arrival
-        elif arrival - self._target_justified_at >= self._shrink_interval:
-            self._target -= 1  # calm for a while: one frame less
-            self._target_justified_at = arrival
+        self._play_end = None  # the timeline broke here
+        self._underrun_since = None
 
     # -- output ---------------------------------------------------------------------------
 
@@ -243,54 +249,131 @@ class JitterBuffer:
         if not self._packets:
             self._playing = False
             self._stats.underruns += 1
-            self._underrun_pops = 1
+            self._underrun_since = now
             return _UNDERRUN
-        if self._depth() > self._target:
-            self._excess_pops += 1
-            if self._excess_pops >= self._catchup_pops:
-                self._excess_pops = 0
-                if self._packets.pop(self._next, None) is None:
-                    self._stats.lost += 1
-                else:
-                    self._stats.dropped += 1
-                self._next += 1
+        head = self._slot_ticks(self._next)
+        if self._depth_ticks() - head >= self._delay.target * self._frame_ticks:
+            self._excess_ticks += head
+            if self._excess_ticks >= self._catchup_ticks:
+                self._excess_ticks = 0
+                self._discard_head(head)
         else:
-            self._excess_pops = 0
+            self._excess_ticks = 0
+        return self._play_head()
+
+    def _discard_head(self, ticks: int) -> None:
+        """Drop the head slot to cut latency (one more than the target stayed buffered)."""
+        assert self._next is not None
+        packet = self._packets.pop(self._next, None)
+        if packet is None:
+            self._stats.lost += 1
+        else:
+            self._stats.dropped += 1
+            self._buffered_ticks -= packet.duration
+        self._advance_end(packet, ticks)
+        self._next += 1
+
+    def _play_head(self) -> PopResult:
+        assert self._next is not None
         useq = self._next
         self._next += 1
+        resumed, self._resumed = self._resumed, False
         packet = self._packets.pop(useq, None)
         if packet is None:
             self._stats.lost += 1
+            ticks = self._missing_ticks(useq)
+            self._advance_end(None, ticks)
             fec = self._packets.get(self._next)
             return PopResult(
-                PopKind.LOST, useq & SEQ_MASK, fec_payload=fec.payload if fec else None
+                PopKind.LOST,
+                useq & SEQ_MASK,
+                fec_payload=fec.payload if fec else None,
+                duration=ticks,
             )
+        self._buffered_ticks -= packet.duration
+        gap = self._ts_gap(packet)
+        if resumed and gap:
+            self._stats.pauses += 1
+        self._advance_end(packet, packet.duration)
         self._stats.played += 1
         self._remember_played(useq)
-        return PopResult(PopKind.FRAME, packet.seq, packet.timestamp, packet.payload)
+        return PopResult(
+            PopKind.FRAME,
+            packet.seq,
+            packet.timestamp,
+            packet.payload,
+            duration=packet.duration,
+            ts_gap=gap,
+        )
 
     def _try_start(self, now: float) -> bool:
         assert self._next is not None
         if not self._packets:
-            if self._started:
-                self._underrun_pops += 1
+            if self._started and self._underrun_since is None:
+                self._underrun_since = now
             return False
-        oldest = min(self._packets)
-        if self._underrun_pops:
-            # head frames whose slots already went by as underruns are lost: skip them
-            skip = min(oldest - self._next, self._underrun_pops)
-            self._next += skip
-            self._stats.lost += skip
-            self._underrun_pops = 0
+        if self._underrun_since is not None:
+            self._skip_passed(now)
         waited = now - min(p.arrival for p in self._packets.values())
-        if self._depth() >= self._target or waited >= self._target * self._frame_s - 1e-9:
+        target = self._delay.target
+        deep_enough = self._depth_ticks() >= target * self._frame_ticks
+        if deep_enough or waited >= target * self._frame_s - 1e-9:
+            self._resumed = self._started
             self._playing = True
             self._started = True
-            self._excess_pops = 0
+            self._excess_ticks = 0
+            self._underrun_since = None
             return True
-        if self._started:
-            self._underrun_pops += 1
+        if self._started and self._underrun_since is None:
+            self._underrun_since = now
         return False
+
+    def _skip_passed(self, now: float) -> None:
+        """Skip the missing head slots whose time already went by as underruns (lost)."""
+        assert self._next is not None and self._underrun_since is not None
+        periods = round((now - self._underrun_since) / self._frame_s)
+        self._underrun_since = None
+        budget = periods * self._frame_ticks
+        oldest = min(self._packets)
+        while self._next < oldest:
+            ticks = self._missing_ticks(self._next)
+            if ticks > budget:
+                break
+            budget -= ticks
+            self._advance_end(None, ticks)
+            self._next += 1
+            self._stats.lost += 1
+
+    def _advance_end(self, packet: _Packet | None, ticks: int) -> None:
+        if packet is not None:
+            self._play_end = packet.uts + ticks
+        elif self._play_end is not None:
+            self._play_end += ticks
+
+    def _ts_gap(self, packet: _Packet) -> int:
+        if self._play_end is None:
+            return 0
+        gap = packet.uts - self._play_end
+        return gap if gap >= max(_TICK_STEP, self._packet_ticks // 2) else 0
+
+    def _missing_ticks(self, useq: int) -> int:
+        """How long the missing slot ``useq`` was: the timestamp span to the next packet there
+        is, shared by the slots missing before it; the stream's packet duration when that does
+        not look like packets (a pause or a restart in between)."""
+        assert self._newest is not None
+        if self._play_end is not None:
+            for later in range(useq + 1, self._newest + 1):
+                packet = self._packets.get(later)
+                if packet is not None:
+                    each = (packet.uts - self._play_end) / (later - useq)
+                    if _TICK_STEP / 2 <= each <= MAX_PACKET_TICKS:
+                        return max(_TICK_STEP, round(each / _TICK_STEP) * _TICK_STEP)
+                    break
+        return self._packet_ticks
+
+    def _slot_ticks(self, useq: int) -> int:
+        packet = self._packets.get(useq)
+        return self._missing_ticks(useq) if packet is None else packet.duration
 
     def _remember_played(self, useq: int) -> None:
         if len(self._played) == self._played.maxlen:
@@ -298,21 +381,34 @@ class JitterBuffer:
         self._played.append(useq)
         self._played_set.add(useq)
 
-    def _depth(self) -> int:
+    def _depth_ticks(self) -> int:
+        """Media from the playout point to the end of the newest packet (gaps at the stream's
+        packet duration)."""
         if not self._packets or self._next is None or self._newest is None:
             return 0
-        return self._newest - self._next + 1
+        missing = self._newest - self._next + 1 - len(self._packets)
+        return self._buffered_ticks + missing * self._packet_ticks
 
     # -- state ----------------------------------------------------------------------------
 
     @property
     def playout_seq(self) -> int | None:
-        """16-bit seq of the next frame to play (anything older is late); None before start."""
+        """16-bit seq of the next slot to play (anything older is late); None before start."""
         return None if self._next is None else self._next & SEQ_MASK
 
     @property
     def target_frames(self) -> int:
-        return self._target
+        return self._delay.target
+
+    @property
+    def depth_frames(self) -> float:
+        """Buffered media in frames (20 ms), gaps included: what ``target_frames`` is about."""
+        return self._depth_ticks() / self._frame_ticks
+
+    @property
+    def packet_ticks(self) -> int:
+        """The stream's packet duration in RTP ticks (the newest packet's)."""
+        return self._packet_ticks
 
     @property
     def playing(self) -> bool:
@@ -323,7 +419,7 @@ class JitterBuffer:
         """A snapshot of the counters and gauges."""
         return replace(
             self._stats,
-            target_frames=self._target,
-            depth=self._depth(),
-            jitter_ms=self._jitter * 1000.0,
+            target_frames=self._delay.target,
+            depth=round(self.depth_frames),
+            jitter_ms=self._delay.jitter_s * 1000.0,
         )

@@ -1,13 +1,15 @@
-"""Which packets are missing: gaps on arrival, and packets overdue before any later one came.
+"""Which packets are missing: gaps in the sequence numbers, seen when a later packet arrives.
 
-The NACK generator only learns of a loss when a later packet arrives, 20 ms after the lost one
-was due at best and a whole burst later at worst. Packets come every 20 ms, so one that is
-``margin`` late past its due time (media time plus the typical transit) is missing now: ask at
-once. Each overdue packet is asked for once here (the generator retries once it sees the gap).
+Only a gap is a loss. Packets that stop coming are not: a sender pauses (Opus DTX sends one
+packet per 400 ms, a muted microphone none for seconds) and resumes on the next sequence number
+with a later timestamp. Asking for packets after the newest one would ask for packets that were
+never sent (and a sender that answers with a concealment packet would then collide with the
+real one), so nothing here looks at the clock.
 
-Counts: ``lost`` is every sequence number that was missing past its due time or when a later
-packet arrived (each once). A packet 250 frames ahead is a sender restart; three in a row that
-far behind too; a single one is a stale repair and changes nothing.
+Counts: ``lost`` is every sequence number skipped when a later one arrived (each once; one that
+arrives after all is reported as ``fills_gap``, reordered or repaired). A packet 250 numbers
+ahead is a sender restart; three in a row that far behind too; a single one is a stale repair
+and changes nothing.
 """
 
 from __future__ import annotations
@@ -16,47 +18,35 @@ from dataclasses import dataclass
 
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 
-FRAME_S = 0.020
 _RESTART_FRAMES = 250
 
 
 @dataclass(frozen=True, slots=True)
 class Arrival:
     fills_gap: bool  # an older sequence number than the newest (reordered or repaired)
-    asked_early: bool  # it had been asked for as overdue
 
 
 class LossTracker:
-    def __init__(self, window_frames: int = 10, max_asked: int = 64) -> None:
-        self._window = window_frames
-        self._max_asked = max_asked
+    def __init__(self) -> None:
         self._seqs = Unwrapper(16)
         self._newest: int | None = None
-        self._newest_media: float | None = None
         self._far_behind = 0
-        self._asked: dict[int, float] = {}  # unwrapped seq -> when it was asked for as overdue
         self.lost = 0
-        self.asked_early = 0
 
-    def on_packet(self, seq: int, media_time: float) -> Arrival:
+    def on_packet(self, seq: int) -> Arrival:
         seq &= SEQ_MASK
         if self._newest is None or self._restarted(seq):
             self._seqs.reset()
-            self._asked.clear()
             self._newest = self._seqs.unwrap(seq)
-            self._newest_media = media_time
-            return Arrival(False, False)
+            return Arrival(False)
         if self._far_behind:
-            return Arrival(False, False)
+            return Arrival(False)
         useq = self._seqs.unwrap(seq)
-        asked = self._asked.pop(useq, None) is not None
         if useq > self._newest:
-            skipped = range(self._newest + 1, useq)
-            self.lost += sum(1 for s in skipped if s not in self._asked)
+            self.lost += useq - self._newest - 1
             self._newest = useq
-            self._newest_media = media_time
-            return Arrival(False, asked)
-        return Arrival(useq < self._newest, asked)
+            return Arrival(False)
+        return Arrival(useq < self._newest)
 
     def _restarted(self, seq: int) -> bool:
         assert self._newest is not None
@@ -66,20 +56,3 @@ class LossTracker:
             return self._far_behind >= 3
         self._far_behind = 0
         return jump > _RESTART_FRAMES
-
-    def overdue(self, now: float, transit: float | None, margin: float) -> list[int]:
-        """Sequence numbers after the newest that should have arrived ``margin`` ago (new ones)."""
-        if self._newest is None or self._newest_media is None or transit is None:
-            return []
-        behind = int((now - transit - margin - self._newest_media) / FRAME_S + 1e-9)
-        out: list[int] = []
-        for k in range(1, min(behind, self._window) + 1):
-            useq = self._newest + k
-            if useq not in self._asked:
-                self._asked[useq] = now
-                out.append(useq & SEQ_MASK)
-        self.lost += len(out)
-        self.asked_early += len(out)
-        while len(self._asked) > self._max_asked:
-            del self._asked[next(iter(self._asked))]
-        return out

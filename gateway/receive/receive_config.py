@@ -1,4 +1,4 @@
-"""Settings of the client's receive path, and the record of each playout period."""
+"""Settings of the receive path, and the record of each playout period."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ PERIOD_S = FRAME_MS / 1000
 
 @dataclass(frozen=True)
 class ReceivePathConfig:
-    """Feature switches (``nack``, ``fec``) and tuning; the defaults are what the CLI uses."""
+    """Feature switches (``nack``, ``fec``), tuning, and what is kept of what was played.
+
+    Nothing of the played audio is kept unless asked for: ``record_s`` keeps that many seconds
+    of PCM for ``ReceivePath.played_pcm()`` (20 ms of 24 kHz mono is 960 bytes: 60 s is about
+    2.9 MB), ``log_periods`` keeps the last that many :class:`PlayedPeriod` records in
+    ``ReceivePath.played``. Consumers of the audio as it plays read ``ReceivePath.pcm``, whose
+    ring holds ``pcm_ring_frames`` unread frames (0: callbacks only).
+    """
 
     nack: bool = True
     fec: bool = True
@@ -28,9 +35,9 @@ class ReceivePathConfig:
     nack_window_frames: int = 10
     nack_max_retries: int = 3
     nack_min_interval_s: float = 0.02
-    overdue_margin_s: float = 0.010  # ask for a packet this late (or 3x the jitter) at once
-    record_s: float = 600.0  # the recording of what was played stops growing after this
-    log_periods: int = 15_000  # per-period log kept (5 min)
+    record_s: float = 0.0  # seconds of played PCM kept for played_pcm() (0: none)
+    log_periods: int = 0  # PlayedPeriod records kept in .played (0: none)
+    pcm_ring_frames: int = 4  # unread frames ReceivePath.pcm holds before dropping the oldest
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_frames <= self.max_frames:
@@ -39,17 +46,27 @@ class ReceivePathConfig:
             raise ValueError("need 1 <= decode_ahead_frames <= pcm_buffer_frames")
         if not 0 <= self.tick_guard_s < PERIOD_S:
             raise ValueError("tick_guard_s must be within [0, 20 ms)")
+        if self.record_s < 0 or self.log_periods < 0 or self.pcm_ring_frames < 0:
+            raise ValueError("record_s, log_periods and pcm_ring_frames must be >= 0")
 
     @property
     def jitter_min_frames(self) -> int:
         extra = self.nack_reserve_frames if self.nack else 0
         return min(self.max_frames, self.min_frames + extra)
 
+    @property
+    def record_periods(self) -> int:
+        """How many playout periods the recording holds (0: no recording)."""
+        return round(self.record_s / PERIOD_S)
+
 
 @dataclass(frozen=True, slots=True)
 class PlayedPeriod:
+    """One playout period (20 ms). With packets shorter than a period, ``kind``, ``seq`` and
+    ``payload`` are those of the newest packet whose audio is in it."""
+
     index: int  # playout period number, from 0
     at: float  # time.monotonic() when it was played
     kind: FrameKind
-    seq: int | None  # 16-bit seq of the frame played (None: underrun)
+    seq: int | None  # 16-bit seq of the packet played (None: underrun or inserted silence)
     payload: bytes | None  # the Opus payload decoded (FRAME / CONCEALMENT_PACKET)

@@ -7,11 +7,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.receive.sliding_window import SlidingWindow
+
 
 @dataclass
 class ReceiveStats:
     received: int = 0  # RTP packets off the wire (repairs and duplicates included)
-    lost: int = 0  # sequence numbers missing past their due time or when a later one arrived
+    lost: int = 0  # sequence numbers skipped when a later one arrived (never a pause)
     reordered: int = 0  # ... of those, filled by the original packet arriving late
     recovered_nack: int = 0  # ... filled by a retransmission in time to be played
     nack_concealment: int = 0  # NACK answered with the sender's concealment packet
@@ -24,18 +26,21 @@ class ReceiveStats:
     trimmed: int = 0  # silent frames cut to bring the latency back to the target
     stretched: int = 0  # silent periods inserted to bring the buffer up to the target
     played: int = 0  # playout periods with a frame (decoded, FEC or concealed)
-    underruns: int = 0  # times playout ran dry after it had started
-    underrun_periods: int = 0  # periods played as underrun after the start
+    underruns: int = 0  # times playout ran dry after it had started (stalls, not pauses)
+    underrun_periods: int = 0  # periods played as underrun after the start (pauses not)
+    pauses: int = 0  # the sender paused (DTX, mute): resumed later in timestamp, no seq gap
+    paused_periods: int = 0  # periods of silence those pauses took
     skipped_periods: int = 0  # periods the playout clock missed (event loop stalled)
     clock_stalls: int = 0
     rephases: int = 0  # playout clock phase corrections
+    period_errors: int = 0  # playout periods that raised (logged; playout went on)
     unrecorded_periods: int = 0  # played after the recording reached its bound
+    pcm_dropped: int = 0  # frames pushed out of the PCM ring unread
     jitter_ms: float = 0.0  # RFC 3550 interarrival jitter
     target_frames: int = 0  # jitter buffer target
     depth_frames: int = 0  # jitter buffer depth now
     pcm_frames: int = 0  # decoded frames waiting for the playout clock
     nacks_sent: int = 0  # NACKs from the generator (gaps seen on arrival, with retries)
-    nack_early: int = 0  # sequence numbers asked for as overdue, before any later packet
     seqs_nacked: int = 0
     nack_send_failures: int = 0
     rtt_ms: float = 0.0
@@ -65,21 +70,17 @@ class TransitTracker:
     """
 
     def __init__(self, window: int = 100, quantile: float = 0.1) -> None:
-        self._values: deque[float] = deque(maxlen=window)
+        self._values = SlidingWindow(window)
         self._quantile = quantile
-        self._cached: float | None = None
 
     def add(self, transit: float) -> None:
-        self._values.append(transit)
-        self._cached = None
+        self._values.add(transit)
 
     @property
     def minimum(self) -> float | None:
         """The typical earliest transit (the ``quantile`` of the window)."""
-        if self._cached is None and self._values:
-            ordered = sorted(self._values)
-            self._cached = ordered[int(self._quantile * (len(ordered) - 1))]
-        return self._cached
+        n = len(self._values)
+        return self._values.at(int(self._quantile * (n - 1))) if n else None
 
 
 class DelayTracker:

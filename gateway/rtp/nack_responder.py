@@ -6,15 +6,18 @@ For every sequence number a receiver asks for, :class:`NackResponder` decides:
 * ``MISS``: the store has no packet for it (never sent, or already evicted). aiortc ignores misses;
   the gateway may answer with :func:`concealment_payload` so the receiver stops asking.
 * ``RATE_LIMITED``: the same sequence number was answered (resent, or concealed for a miss) less
-  than its back-off ago, or the per-second cap on answers is used up. The back-off starts at
-  40 ms and doubles on each answer up to 1 s (as Janus does), so a receiver that keeps losing the
-  repair, or a NACK storm, cannot make us answer one packet more than a handful of times; the cap
-  (a token bucket, ``max_answers_per_s`` with a burst of as many) bounds what a storm of NACKs
-  for ever new sequence numbers can cost.
+  than its back-off ago, it was answered ``max_answers_per_packet`` times already, or the
+  per-second cap on answers is used up. The back-off doubles on each answer up to 1 s (as Janus
+  does); it starts at 40 ms, or -- once the receiver's reports give the round-trip time
+  (``rtt_s``) -- at 1.25 RTT (at least 5 ms): a repeated NACK that comes a round trip after our
+  resend means the resend was lost in the same burst, and waiting a fixed 40 ms would only delay
+  the repair. The per-packet count and the cap (a token bucket, ``max_answers_per_s`` with a
+  burst of as many) bound what a receiver that keeps losing, or a storm of NACKs for ever new
+  sequence numbers, can cost.
 
 The store's ``lookup(seq)`` must return the packet *for that exact sequence number* or ``None``
 (a ring keyed by ``seq % N`` must check the stored seq). Back-off state forgets a seq after it
-has been idle for ``2 * max_backoff_s`` and is capped at ``max_tracked`` entries.
+has been idle for 6 s (longer than the store keeps it) and is capped at ``max_tracked`` entries.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class NackCounters:
 class _Backoff:
     last_sent: float
     backoff: float
+    answers: int = 1
 
 
 class NackResponder:
@@ -72,6 +76,7 @@ class NackResponder:
         max_backoff_s: float = 1.0,
         max_tracked: int = 512,
         max_answers_per_s: float = 250.0,
+        max_answers_per_packet: int = 6,
     ) -> None:
         if not 0 < initial_backoff_s <= max_backoff_s:
             raise ValueError("need 0 < initial_backoff_s <= max_backoff_s")
@@ -83,11 +88,14 @@ class NackResponder:
         self._initial = initial_backoff_s
         self._max = max_backoff_s
         self._max_tracked = max_tracked
-        self._forget_after = 2 * max_backoff_s
+        # kept past the store's 5 s, so the per-packet cap holds for a packet's whole life
+        self._forget_after = max(2 * max_backoff_s, 6.0)
         self._resent: OrderedDict[int, _Backoff] = OrderedDict()  # oldest answer first
         self._rate = max_answers_per_s
         self._tokens = max_answers_per_s
         self._refilled_at: float | None = None
+        self._per_packet = max_answers_per_packet
+        self.rtt_s: float | None = None  # set from the receiver's reports, when known
         self.counters = NackCounters()
 
     def handle_packet(self, packet: bytes, now: float) -> list[NackOutcome]:
@@ -124,7 +132,9 @@ class NackResponder:
     def _decide(self, seq: int, now: float) -> NackOutcome:
         self.counters.seqs_requested += 1
         state = self._resent.get(seq)
-        if state is not None and now - state.last_sent < state.backoff:
+        if state is not None and (
+            now - state.last_sent < state.backoff or state.answers >= self._per_packet
+        ):
             self.counters.rate_limited += 1
             return NackOutcome(seq, NackDecision.RATE_LIMITED)
         if not self._take_token(now):
@@ -132,13 +142,14 @@ class NackResponder:
             self.counters.capped += 1
             return NackOutcome(seq, NackDecision.RATE_LIMITED)
         if state is None:
-            state = _Backoff(now, self._initial)
+            state = _Backoff(now, self._first_backoff())
             self._resent[seq] = state
             while len(self._resent) > self._max_tracked:
                 self._resent.popitem(last=False)
         else:
             state.last_sent = now
             state.backoff = min(state.backoff * 2, self._max)
+            state.answers += 1
             self._resent.move_to_end(seq)
         packet = self._store.lookup(seq)
         if packet is None:
@@ -146,6 +157,11 @@ class NackResponder:
             return NackOutcome(seq, NackDecision.MISS)
         self.counters.hits += 1
         return NackOutcome(seq, NackDecision.HIT, packet)
+
+    def _first_backoff(self) -> float:
+        if self.rtt_s is None:
+            return self._initial
+        return min(self._initial, max(0.005, 1.25 * self.rtt_s))
 
     def _take_token(self, now: float) -> bool:
         if self._refilled_at is not None:

@@ -110,6 +110,19 @@ class Metrics:
             "gc_pause_seconds", "Garbage-collection pauses, by generation", ("generation",),
             namespace=NAMESPACE, registry=r, buckets=PAUSE_BUCKETS,
         )
+        self.rtt = Histogram(
+            "rtt_seconds", "Round-trip time from the peers' RTCP receiver reports",
+            namespace=NAMESPACE, registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.jitter = Histogram(
+            "jitter_seconds", "Interarrival jitter the peers report (RTCP receiver reports)",
+            namespace=NAMESPACE, registry=r, buckets=LATENCY_BUCKETS,
+        )
+        self.fraction_lost = Histogram(
+            "fraction_lost", "Loss the peers report per receiver report (0..1)",
+            namespace=NAMESPACE, registry=r,
+            buckets=(0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+        )
         self.send = SendTotals()
         r.register(self.send)  # type: ignore[arg-type]
 

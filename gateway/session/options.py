@@ -19,4 +19,6 @@ class SessionOptions:
     test_drop_seed: int | None = None
     send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
     release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
+    red_distance: int = 2  # RFC 2198: previous frames each packet carries (0: no RED)
+    red_adaptive: bool = True  # RED only while the receiver reports loss
     uplink: bool = False  # answer sendrecv offers sendrecv and hear the user (full duplex, next)

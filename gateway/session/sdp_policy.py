@@ -50,6 +50,7 @@ class OfferSummary:
     offered_feedback: tuple[str, ...]
     media_kinds: tuple[str, ...]
     audio_direction: str = "sendrecv"  # the offerer's: sendrecv (a microphone) or recvonly
+    red_payload_type: int | None = None  # RFC 2198 RED over this Opus (red/48000/2, "pt/pt")
 
 
 def answer_direction(offer: OfferSummary, uplink: bool) -> str:
@@ -84,6 +85,7 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
             )
         for codec in media.rtp.codecs:
             if codec.mimeType.lower() == OPUS_MIME and codec.clockRate == 48000:
+                red_pt = _red_over(media.rtp.codecs, codec.payloadType)
                 return OfferSummary(
                     opus_payload_type=codec.payloadType,
                     audio_mid=media.rtp.muxId or None,
@@ -91,11 +93,30 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
                     offered_feedback=tuple(fb.type for fb in codec.rtcpFeedback),
                     media_kinds=kinds,
                     audio_direction=media.direction or "sendrecv",
+                    red_payload_type=red_pt,
                 )
         raise SdpRejected(
             "no_opus", "the audio section offers no opus/48000 codec; the gateway sends only Opus"
         )
     raise SdpRejected("no_audio", "the offer has no audio section (m=audio)")
+
+
+def _red_over(codecs: list[RTCRtpCodecParameters], opus_pt: int) -> int | None:
+    """The offer's RED payload type whose blocks are this Opus (``a=fmtp:63 111/111``)."""
+    for codec in codecs:
+        if codec.mimeType.lower() == "audio/red" and codec.clockRate == 48000:
+            blocks = "/".join(str(k) for k in codec.parameters)
+            if set(blocks.split("/")) == {str(opus_pt)}:
+                return codec.payloadType
+    return None
+
+
+def red_codec(payload_type: int, opus_pt: int) -> RTCRtpCodecParameters:
+    """The RED entry the answer lists after Opus (Chromium then decodes RED from us)."""
+    return RTCRtpCodecParameters(
+        mimeType="audio/red", clockRate=48000, channels=2, payloadType=payload_type,
+        parameters={f"{opus_pt}/{opus_pt}": None},
+    )
 
 
 def answer_codec(

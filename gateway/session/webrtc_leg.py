@@ -27,6 +27,7 @@ from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import silence_packet
+from gateway.media.red_sender import RedSender
 from gateway.media.retransmission import Retransmitter
 from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import shared_ticker
@@ -34,7 +35,13 @@ from gateway.media.track import PassthroughOpusTrack
 from gateway.session.conversation import Conversation
 from gateway.session.events import Event
 from gateway.session.options import SessionOptions
-from gateway.session.sdp_policy import OfferSummary, SdpRejected, answer_codec, answer_direction
+from gateway.session.sdp_policy import (
+    OfferSummary,
+    SdpRejected,
+    answer_codec,
+    answer_direction,
+    red_codec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +116,15 @@ class WebRtcLeg:
             raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
         codecs = aiortc_compat.negotiated_codecs(transceiver)
         opus = answer_codec(codecs, nack=self.options.answer_nack)
-        aiortc_compat.pin_codecs(transceiver, [opus])
+        pinned = [opus]
+        red_pt = self.offer.red_payload_type
+        if red_pt is not None and self.options.red_distance > 0:
+            # Opus first (what aiortc's own sender packs), RED after it: Chromium decodes both
+            pinned.append(red_codec(red_pt, opus.payloadType))
+            self.sink.red = RedSender(
+                red_pt, opus.payloadType, self.options.red_distance, self.options.red_adaptive
+            )
+        aiortc_compat.pin_codecs(transceiver, pinned)
         self._transceiver, self._payload_type = transceiver, opus.payloadType
         if isinstance(self.transmitter, PassthroughOpusTrack):
             self.transmitter.bind(transceiver.sender, opus.payloadType)
@@ -236,6 +251,10 @@ class WebRtcLeg:
             "queued_frames": len(self.queue),
             "frame_store": {"size": len(self.store), "capacity": self.store.capacity},
             "nack": self.retransmitter.stats(),
+            "red": None if self.sink.red is None else self.sink.red.as_json(),
+            "rtcp": {"rtt_ms": None if self.retransmitter.rtt_s is None
+                     else round(self.retransmitter.rtt_s * 1000, 2),
+                     "fraction_lost": self.retransmitter.fraction_lost},
             "pacer": {
                 "late_slots": pacer.late_slots,
                 "rebases": pacer.rebases,

@@ -167,3 +167,13 @@ def test_random_loss_bounded_and_consistent():
     assert s.recovered == 0
     assert s.seqs_requested >= len(asked)
     assert 0.08 < len(asked) / 20000 < 0.12
+
+
+def test_a_pause_asks_for_nothing():
+    # DTX / mute: the sender sends nothing for seconds, then the next sequence number
+    gen = NackGenerator()
+    feed(gen, range(100, 120), t=0.0)
+    for k in range(100):  # polled every 20 ms through 2 s of silence
+        assert gen.poll(0.02 * k, playout_seq=120) == []
+    gen.on_packet(120, 2.0)
+    assert gen.poll(2.0) == [] and gen.stats.nacks_sent == 0 and not gen.missing

@@ -29,6 +29,11 @@ def speechy_payloads(n: int) -> list[bytes]:
 PAYLOADS = speechy_payloads(120)
 
 
+def recorded(**options) -> ReceivePathConfig:
+    """A config that keeps what was played (the recording and the period log are opt-in)."""
+    return ReceivePathConfig(record_s=10.0, log_periods=1000, **options)
+
+
 def arrivals(n: int, *, start_seq=65500, skip=(), ts0=1000, at=None):
     """(arrival, seq, ts, payload) of packets 0..n-1, on time unless ``at(i)`` says otherwise."""
     at = at or (lambda i: i * FRAME)
@@ -56,7 +61,7 @@ def test_has_lbrr_follows_the_silk_header_bit():
 
 
 def test_clean_stream_plays_in_order_and_records_what_it_played():
-    path = ReceivePath(ReceivePathConfig(nack=False))
+    path = ReceivePath(recorded(nack=False))
     played = run(path, arrivals(60), 60)
     frames = [p for p in played if p.kind is FrameKind.FRAME]
     assert [p.payload for p in frames] == PAYLOADS[: len(frames)]
@@ -76,7 +81,7 @@ def test_lost_frame_uses_fec_when_the_next_packet_carries_it_else_plc():
         (False, with_lbrr, FrameKind.PLC),
         (True, without, FrameKind.PLC),
     ]:
-        path = ReceivePath(ReceivePathConfig(nack=False, fec=fec))
+        path = ReceivePath(recorded(nack=False, fec=fec))
         played = run(path, arrivals(110, skip={lost}), 110)
         by_seq = {p.seq: p for p in played if p.seq is not None}
         assert by_seq[seq_add(65500, lost)].kind is expected
@@ -86,7 +91,7 @@ def test_lost_frame_uses_fec_when_the_next_packet_carries_it_else_plc():
 
 
 def test_concealment_packet_is_concealed_and_counted():
-    path = ReceivePath(ReceivePathConfig(nack=False))
+    path = ReceivePath(recorded(nack=False))
     packets = [(t, seq, ts, p[:1] if seq == 10 else p)
                for t, seq, ts, p in arrivals(20, start_seq=0)]
     played = run(path, packets, 20)
@@ -102,7 +107,7 @@ def test_decoder_survives_a_corrupt_packet():
 
 
 def test_repair_in_time_counts_as_recovered_by_retransmission():
-    path = ReceivePath(ReceivePathConfig())  # NACK on: 3-frame target
+    path = ReceivePath(recorded())  # NACK on: 3-frame target
     for t, seq, ts, payload in arrivals(11, skip={10}):
         path.on_packet(seq, ts, payload, SSRC, t)
     path.on_packet(seq_add(65500, 11), 1000 + 960 * 11, PAYLOADS[11], SSRC, 11 * FRAME)
@@ -114,13 +119,13 @@ def test_repair_in_time_counts_as_recovered_by_retransmission():
 
 
 def test_gap_across_the_wrap_is_counted_once():
-    path = ReceivePath(ReceivePathConfig(nack=False))
+    path = ReceivePath(recorded(nack=False))
     run(path, arrivals(70, skip={35, 36}), 70)  # 65535 and 0
     assert path.stats.lost == 2
 
 
 def test_silent_frame_is_trimmed_when_too_much_stays_buffered():
-    path = ReceivePath(ReceivePathConfig(nack=False, trim_after_periods=5))
+    path = ReceivePath(recorded(nack=False, trim_after_periods=5))
     encoder = OpusFrameEncoder(EncoderSettings())
     quiet = [encoder.encode(bytes(FRAME_SAMPLES * 2)) for _ in range(80)]
     # the first six arrive together, 100 ms late: four frames more than the target, for good
@@ -168,7 +173,7 @@ async def test_tasks_send_wrap_safe_nacks_and_close_cleanly():
         got.set()
         return True
 
-    path = ReceivePath(ReceivePathConfig(), send, lambda: 0xAABBCCDD)
+    path = ReceivePath(recorded(), send, lambda: 0xAABBCCDD)
     path.start()
     loop = asyncio.get_running_loop()
     now = loop.time()
@@ -180,14 +185,15 @@ async def test_tasks_send_wrap_safe_nacks_and_close_cleanly():
     assert (nack.sender_ssrc, nack.media_ssrc) == (0xAABBCCDD, SSRC)
     assert nack.seqs == [65535, 0]
     await asyncio.wait_for(path.wait_periods(3), 2.0)
+    assert path.running
     await path.close()
-    assert all(t.done() for t in path._tasks) and not path._tasks
+    assert not path.running and not path._nacks.running
     with pytest.raises(RuntimeError):
         await path.wait_periods(1)
 
 
 def test_a_stale_packet_far_behind_is_not_a_restart():
-    path = ReceivePath(ReceivePathConfig(nack=False))
+    path = ReceivePath(recorded(nack=False))
     run(path, arrivals(40, start_seq=1000), 40)
     path.on_packet(seq_add(1000, -300), 0, PAYLOADS[0], SSRC, 0.81)  # e.g. a late answer
     path.on_packet(seq_add(1000, 41), 960 * 41, PAYLOADS[41], SSRC, 0.82)  # 40 is missing
@@ -209,7 +215,7 @@ def test_fixed_start_sequence_patches_and_restores():
 
 
 def test_silence_is_inserted_when_the_buffer_runs_short_of_its_target():
-    path = ReceivePath(ReceivePathConfig(nack=False, stretch_after_periods=5))
+    path = ReceivePath(recorded(nack=False, stretch_after_periods=5))
     encoder = OpusFrameEncoder(EncoderSettings())
     quiet = [encoder.encode(bytes(FRAME_SAMPLES * 2)) for _ in range(80)]
     # the second packet comes right after the first (a start-up burst): playout starts one

@@ -41,7 +41,7 @@ def test_hit_and_miss():
 
 
 def test_exponential_backoff_40ms_doubling_to_1s():
-    r = NackResponder(DictStore([5]))
+    r = NackResponder(DictStore([5]), max_answers_per_packet=10)
     t = 0.0
     assert decisions(r.handle_nack([5], t)) == [(5, H)]
     # each allowed resend doubles the wait: 40, 80, 160, 320, 640, 1000, 1000 ms
@@ -51,6 +51,27 @@ def test_exponential_backoff_40ms_doubling_to_1s():
         assert decisions(r.handle_nack([5], t)) == [(5, H)]
     assert r.counters.hits == 8
     assert r.counters.rate_limited == 7
+
+
+def test_answers_per_packet_are_capped():
+    r = NackResponder(DictStore([5]), max_answers_per_packet=3)
+    # asked every 200 ms for the 5 s the store keeps it: answered 3 times, then never again
+    answered = [d for t in range(25) for _, d in decisions(r.handle_nack([5], t * 0.2))]
+    assert answered.count(H) == 3
+
+
+def test_the_backoff_follows_the_rtt_once_reported():
+    """A repeated NACK a round trip after the resend means the resend was lost: with a 10 ms
+    RTT the second answer comes after 12.5 ms, not after the fixed 40 ms."""
+    r = NackResponder(DictStore([5]))
+    r.rtt_s = 0.010
+    assert decisions(r.handle_nack([5], 0.0)) == [(5, H)]
+    assert decisions(r.handle_nack([5], 0.012)) == [(5, R)]
+    assert decisions(r.handle_nack([5], 0.013)) == [(5, H)]
+    slow = NackResponder(DictStore([5]))
+    slow.rtt_s = 0.300  # a long RTT never stretches the first back-off past 40 ms
+    slow.handle_nack([5], 0.0)
+    assert decisions(slow.handle_nack([5], 0.041)) == [(5, H)]
 
 
 def test_backoff_is_per_seq():
@@ -72,9 +93,9 @@ def test_state_forgotten_after_idle_and_bounded():
     # the oldest were evicted: seq 0 is served again at once
     assert decisions(r.handle_nack([0], 0.001)) == [(0, H)]
     assert decisions(r.handle_nack([49], 0.002)) == [(49, R)]
-    r.handle_nack([], 5.0)  # idle for more than 2 * max backoff
+    r.handle_nack([], 7.0)  # idle for longer than the 5 s the store keeps a packet
     assert r.tracked == 0
-    assert decisions(r.handle_nack([49], 5.0)) == [(49, H)]
+    assert decisions(r.handle_nack([49], 7.0)) == [(49, H)]
 
 
 def test_misses_back_off_like_hits_and_forget_resets():

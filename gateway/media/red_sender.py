@@ -1,0 +1,87 @@
+"""Redundancy for burst loss: each packet as RFC 2198 RED carrying the previous frames too.
+
+Our frames are encoded once and kept, so redundancy costs bytes, not CPU: the new frame is the
+primary block and the previous ``distance`` frames (byte-identical copies of what was sent,
+timestamp offsets in 960-tick steps) ride along. Adaptive by default: redundancy is on only
+while the receiver reports loss (RTCP receiver reports with a non-zero fraction lost, or NACKs)
+and for ``hold_s`` after the last such report, so a clean link pays no overhead. Off, packets
+are plain Opus under the Opus payload type (both are negotiated).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.rtp import red
+
+HOLD_S = 10.0  # redundancy stays on this long after the last report of loss
+
+
+@dataclass(slots=True)
+class RedStats:
+    red_packets: int = 0
+    plain_packets: int = 0
+    redundant_bytes: int = 0  # bytes of redundant blocks (the overhead)
+    primary_bytes: int = 0
+    activations: int = 0
+
+
+class RedSender:
+    __slots__ = ("_active_until", "_history", "adaptive", "distance", "hold_s", "opus_pt",
+                 "red_pt", "stats")
+
+    def __init__(
+        self, red_pt: int, opus_pt: int, distance: int = 2, adaptive: bool = True,
+        hold_s: float = HOLD_S,
+    ) -> None:
+        if not 1 <= distance <= 4:
+            raise ValueError("RED distance must be 1..4 frames")
+        self.red_pt = red_pt
+        self.opus_pt = opus_pt
+        self.distance = distance
+        self.adaptive = adaptive
+        self.hold_s = hold_s
+        self._history: deque[tuple[int, bytes]] = deque(maxlen=distance)
+        self._active_until = float("inf") if not adaptive else float("-inf")
+        self.stats = RedStats()
+
+    def active(self, now: float) -> bool:
+        return now < self._active_until
+
+    def loss_reported(self, now: float | None = None) -> None:
+        """The receiver lost packets (a receiver report's fraction lost > 0, or a NACK)."""
+        if not self.adaptive:
+            return
+        now = time.monotonic() if now is None else now
+        if not self.active(now):
+            self.stats.activations += 1
+        self._active_until = now + self.hold_s
+
+    def wrap(self, payload: bytes, timestamp: int, now: float) -> tuple[bytes, bool]:
+        """The payload to send for a new frame at ``timestamp`` and whether it is RED."""
+        history = self._history
+        stats = self.stats
+        if self.active(now):
+            blocks = [((timestamp - ts) & 0xFFFFFFFF, p) for ts, p in history]
+            out = red.encode(payload, self.opus_pt, blocks)
+            stats.red_packets += 1
+            stats.redundant_bytes += len(out) - len(payload)
+            is_red = True
+        else:
+            out, is_red = payload, False
+            stats.plain_packets += 1
+        stats.primary_bytes += len(payload)
+        history.append((timestamp, payload))
+        return out, is_red
+
+    def as_json(self, now: Callable[[], float] = time.monotonic) -> dict[str, object]:
+        s = self.stats
+        return {
+            "distance": self.distance, "adaptive": self.adaptive, "active": self.active(now()),
+            "red_packets": s.red_packets, "plain_packets": s.plain_packets,
+            "activations": s.activations,
+            "overhead": round(s.redundant_bytes / s.primary_bytes, 3) if s.primary_bytes else 0.0,
+        }
