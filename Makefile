@@ -8,7 +8,7 @@ ICE_HOSTS ?=
 VOICE ?= piper
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-load bench-browser browser clean help
+.PHONY: run test test-fast lint bench bench-load bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE)"
@@ -62,6 +62,12 @@ bench-browser: $(STAMP) browser
 
 bench-load: $(STAMP)
 	$(BIN)/python -m bench.load
+
+bench-http: $(STAMP)
+	$(BIN)/python -m bench.http_stream
+
+bench-http-quick: $(STAMP)
+	$(BIN)/python -m bench.http_stream --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache bench/results

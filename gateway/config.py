@@ -54,6 +54,7 @@ class GatewayConfig:
     red_adaptive: bool = True  # only while the receiver reports loss
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
+    live_write_ms: float = 60.0  # ... frames due within this window go in one write
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -190,6 +191,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="HTTP streams with pace=live: how much audio goes out ahead of real time "
         "[GATEWAY_LIVE_LEAD_MS]",
     )
+    p.add_argument(
+        "--live-write-ms", type=float,
+        default=float(_env("LIVE_WRITE_MS", str(d.live_write_ms))),
+        help="HTTP streams with pace=live: frames due within this many ms go out in one write "
+        "(early, never late; 20 = every frame alone) [GATEWAY_LIVE_WRITE_MS]",
+    )
     p.add_argument("--max-body-bytes", type=int,
                    default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes)) or 0),
                    help="largest request body accepted; larger gets 413 [GATEWAY_MAX_BODY_BYTES]")
@@ -243,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
     args = build_parser().parse_args(argv)
-    if args.live_lead_ms < 0:
-        raise SystemExit("error: --live-lead-ms must be >= 0")
+    if args.live_lead_ms < 0 or args.live_write_ms < 0:
+        raise SystemExit("error: --live-lead-ms and --live-write-ms must be >= 0")
     voices = tuple(args.voices or ()) or tuple(
         v.strip() for v in (_env("VOICES", "") or "").split(";") if v.strip()
     )
@@ -283,4 +290,5 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         red_adaptive=not args.red_always,
         http_flush=args.http_flush,
         live_lead_ms=args.live_lead_ms,
+        live_write_ms=args.live_write_ms,
     )

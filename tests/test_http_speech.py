@@ -253,3 +253,20 @@ async def test_any_model_string_is_accepted_and_reported_safely(gateway):
         assert r.status == 200  # found by Schemathesis: a CR in the model was a 500
         assert r.headers["X-Model"] == "ttsX-Injected: yes" and "X-Injected" not in r.headers
         await r.read()
+
+
+async def test_live_pace_is_real_time_after_the_lead(gateway):
+    body = {"text": "hi", "voice": "tone", "pace": "live"}
+    parser = FrameRecordParser()
+    arrivals: list[float] = []
+    loop = asyncio.get_running_loop()
+    async with gateway.http.post(f"{gateway.url}/v1/speech/stream", json=body) as r:
+        async for chunk in r.content.iter_any():
+            now = loop.time()
+            arrivals += [now for rec in parser.feed(chunk) if isinstance(rec, FrameRecord)]
+    assert len(arrivals) == 50  # the tone voice's 1 s
+    # frame i is due 20 ms * i - 200 ms (lead) after the first, written up to 60 ms early
+    lateness = [t - (arrivals[0] + max(0.0, 0.02 * i - 0.2)) for i, t in enumerate(arrivals)]
+    assert max(lateness) < 0.05, max(lateness)
+    assert min(lateness) > -0.07  # never more than the write window early
+    assert arrivals[-1] - arrivals[0] > 0.98 - 0.2 - 0.07  # real time, not as produced

@@ -44,7 +44,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
     app[STREAMING] = StreamDefaults(
         encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
-        lead_s=config.live_lead_ms / 1000,
+        lead_s=config.live_lead_ms / 1000, write_s=config.live_write_ms / 1000,
     )
     app[HTTP_STREAMS] = set()
     app[OPENAPI] = document(

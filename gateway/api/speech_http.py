@@ -58,6 +58,7 @@ class StreamDefaults:
     encoder: EncoderSettings
     flush: FlushPolicy = "adaptive"
     lead_s: float = 0.2
+    write_s: float = 0.06
 
 
 STREAMING = web.AppKey("streaming", StreamDefaults)
@@ -164,7 +165,10 @@ async def stream_response(
         # send buffer grow to megabytes per stream); 128 KB carries PCM at 100 ms RTT 25x over.
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
-    options = StreamOptions(pace=pace, lead_s=defaults.lead_s, flush=defaults.flush)  # type: ignore[arg-type]
+    options = StreamOptions(
+        pace=pace, lead_s=defaults.lead_s, write_s=defaults.write_s,  # type: ignore[arg-type]
+        flush=defaults.flush,
+    )
     leg = HttpStreamLeg(conversation, formatter, options, rtt_ms=tcp_rtt_ms(sock))
     response = web.StreamResponse(headers={
         "Content-Type": formatter.media_type,

@@ -90,21 +90,24 @@ class FrameFanout:
         return len(self._ports)
 
     async def extend(
-        self, payloads: Sequence[bytes], source: FrameSource, first_index: int = 0
+        self, payloads: Sequence[bytes], source: FrameSource, first_index: int = 0,
+        start: int = 0,
     ) -> None:
-        """Hand frames ``first_index ..`` of ``source`` to every sink attached now."""
-        if not payloads:
+        """Hand ``payloads[start:]``, frames ``first_index ..`` of ``source``, to every sink
+        attached now."""
+        count = len(payloads) - start
+        if count <= 0:
             return
         for port in list(self._ports.values()):
             delivery = source.delivery(port.name, first_index)
-            port.frames_in += len(payloads)
+            port.frames_in += count
             if port.policy is SinkPolicy.BLOCK:
-                await port.queue.extend(payloads, delivery, first_index)
+                await port.queue.extend(payloads, delivery, first_index, start)
             else:
-                taken = port.queue.offer(payloads, delivery, first_index)
-                if taken < len(payloads):
-                    port.dropped += len(payloads) - taken
-                    delivery.skip(len(payloads) - taken)
+                taken = port.queue.offer(payloads, delivery, first_index, start)
+                if taken < count:
+                    port.dropped += count - taken
+                    delivery.skip(count - taken)
 
     def clear(self) -> list[FrameOwner]:
         """Drop every sink's queued frames at once (barge-in); returns their distinct owners."""

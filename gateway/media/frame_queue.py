@@ -53,34 +53,45 @@ class FrameQueue:
         await self.extend((frame.payload,), frame.owner, frame.index)
 
     async def extend(
-        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int = 0
+        self,
+        payloads: Sequence[bytes],
+        owner: FrameOwner | None,
+        first_index: int = 0,
+        start: int = 0,
     ) -> None:
-        """Append consecutive frames of one owner (indexes from ``first_index``), as many at a
-        time as there is room for: a phrase-cache replay costs a few deque extends, not a
-        coroutine call and an object per frame."""
-        done = 0
+        """Append consecutive frames of one owner, ``payloads[start:]`` (indexes from
+        ``first_index``), as many at a time as there is room for: a phrase-cache replay costs a
+        few deque extends -- no coroutine call and no object per frame, and no copy of the
+        phrase (``start`` instead of a slice)."""
+        done = start
         while done < len(payloads):
             while len(self._payloads) >= self.maxsize:
                 self._space.clear()
                 self.producer_waits += 1
                 await self._space.wait()
-            done += self._append(payloads, owner, first_index, done)
+            done += self._append(payloads, owner, first_index - start, done)
 
     def offer(
-        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int = 0
+        self,
+        payloads: Sequence[bytes],
+        owner: FrameOwner | None,
+        first_index: int = 0,
+        start: int = 0,
     ) -> int:
-        """Append as many of ``payloads`` as fit now, never waiting; returns how many."""
-        return self._append(payloads, owner, first_index, 0)
+        """Append as many of ``payloads[start:]`` as fit now, never waiting; returns how many."""
+        return self._append(payloads, owner, first_index - start, start)
 
     def _append(
-        self, payloads: Sequence[bytes], owner: FrameOwner | None, first_index: int, done: int
+        self, payloads: Sequence[bytes], owner: FrameOwner | None, index_base: int, done: int
     ) -> int:
+        """Append from ``payloads[done]`` on; frame ``payloads[k]`` gets index
+        ``index_base + k``."""
         room = min(self.maxsize - len(self._payloads), len(payloads) - done)
         if room <= 0:
             return 0
         self._payloads.extend(payloads[done : done + room])
         self._owners.extend(itertools.repeat(owner, room))
-        self._indexes.extend(range(first_index + done, first_index + done + room))
+        self._indexes.extend(range(index_base + done, index_base + done + room))
         if len(self._payloads) > self.high_water:
             self.high_water = len(self._payloads)
         reader = self._reader

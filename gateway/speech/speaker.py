@@ -258,7 +258,7 @@ class Speaker:
         if frames:
             await self.frames.extend(frames[:1], utterance)
             utterance.first_frame_queued_at = time.monotonic()
-            await self.frames.extend(frames[1:], utterance, first_index=1)
+            await self.frames.extend(frames, utterance, first_index=1, start=1)  # no copy
         self._all_queued(utterance, len(frames))
 
     @staticmethod

@@ -91,3 +91,13 @@ async def test_extend_queues_a_run_of_frames_as_room_allows():
         q.pop()
         await asyncio.sleep(0)
     assert q.high_water == 4 and q.producer_waits >= 2
+
+
+async def test_extend_from_an_offset_copies_nothing_and_numbers_from_first_index():
+    queue = FrameQueue(10)
+    frames = (b"a", b"b", b"c", b"d")
+    await queue.extend(frames, None, first_index=1, start=1)
+    assert [queue.pop_fields() for _ in range(3)] == [(b"b", None, 1), (b"c", None, 2),
+                                                       (b"d", None, 3)]
+    assert queue.offer(frames, None, first_index=2, start=2) == 2
+    assert queue.pop_fields() == (b"c", None, 2)
