@@ -31,7 +31,7 @@ $(SWAGGER_UI):
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip
-	$(BIN)/pip install -e ".[voice,speed,dev]"
+	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	touch $(STAMP)
 
 run: $(STAMP) $(SWAGGER_UI)
@@ -40,9 +40,9 @@ run: $(STAMP) $(SWAGGER_UI)
 
 # Debian Chromium for the browser tests (skipped where it cannot be installed: not root).
 browser: $(STAMP)
-	@if [ -x /usr/lib/chromium/chromium ]; then :; \
+	@if [ -x /usr/lib/chromium/chromium ] && command -v espeak-ng >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
-	else echo "note: Debian chromium is not installed and cannot be here; browser tests will skip"; fi
+	else echo "note: Debian chromium/espeak-ng cannot be installed here; their tests will skip"; fi
 
 test: $(STAMP) browser $(SWAGGER_UI)
 	$(BIN)/pytest

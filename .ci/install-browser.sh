@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# What the browser tests (tests/browser) and bench/browser_latency.py need: Debian's Chromium
-# (/usr/lib/chromium/chromium) and the Python Playwright package. Idempotent: each step runs only
+# What the tests need from Debian: Chromium for tests/browser and bench/browser_latency.py
+# (/usr/lib/chromium/chromium, driven by the Python Playwright package) and espeak-ng, which
+# speaks the questions the full-duplex tests ask in a voice other than the gateway's. Idempotent: each step runs only
 # when its result is missing. Never `playwright install` (it downloads a browser and fails
 # offline); the tests launch the Debian binary through executable_path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="${PIP:-.venv/bin/pip}"
 
-if [ ! -x /usr/lib/chromium/chromium ]; then
-    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
+missing=()
+[ -x /usr/lib/chromium/chromium ] || missing+=(chromium)
+command -v espeak-ng >/dev/null || missing+=(espeak-ng)
+if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 fi
 if ! "$(dirname "$PIP")/python" -c "import playwright" 2>/dev/null; then
     "$PIP" install playwright

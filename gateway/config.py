@@ -12,6 +12,7 @@ from aiortc import RTCConfiguration, RTCIceServer
 
 from gateway import __version__
 from gateway.media.opus_codec import EncoderSettings
+from gateway.session.duplex import HearingOptions
 from gateway.session.options import SessionOptions
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
@@ -50,6 +51,13 @@ class GatewayConfig:
     rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
     idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
     drain_timeout_s: float = 30.0  # on SIGTERM: how long playing speech may finish
+    duplex: bool = False  # hear sendrecv offers: VAD -> ASR -> agent -> speech
+    asr: str = "whisper:tiny.en"
+    agent: str = "echo"
+    vad: str = "silero"
+    turn_silence_ms: int = 500
+    barge_in_ms: int = 300
+    reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
     red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
     red_adaptive: bool = True  # only while the receiver reports loss
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
@@ -78,7 +86,12 @@ class GatewayConfig:
             release_dtls=self.release_dtls,
             red_distance=self.red_distance,
             red_adaptive=self.red_adaptive,
+            uplink=self.duplex,
         )
+
+    def hearing_options(self) -> HearingOptions:
+        return HearingOptions(asr=self.asr, agent=self.agent, vad=self.vad,
+                              turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms)
 
 
 def _csv(value: str | None) -> tuple[str, ...]:
@@ -169,6 +182,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="on SIGTERM/SIGINT: refuse new sessions and let playing speech finish for up to "
         "this many seconds before closing every session [GATEWAY_DRAIN_TIMEOUT]",
     )
+    p.add_argument(
+        "--duplex", action=argparse.BooleanOptionalAction,
+        default=_env("DUPLEX", "") in ("1", "true", "on"),
+        help="full duplex: answer sendrecv offers sendrecv and hear the user (VAD -> ASR -> "
+        "agent -> speech, barge-in) [GATEWAY_DUPLEX=1]",
+    )
+    p.add_argument("--asr", default=_env("ASR", d.asr),
+                   help="the recogniser: whisper[:tiny.en] (bundled, CPU) or "
+                   "openai+http://host:port/v1?model=... [GATEWAY_ASR]")
+    p.add_argument("--agent", default=_env("AGENT", d.agent),
+                   help="the reply step: echo, openai+http://host:port/v1?model=...&system=..., "
+                   "or python:module:function [GATEWAY_AGENT]")
+    p.add_argument("--vad", default=_env("VAD", d.vad),
+                   help="voice activity: silero or webrtc[:0-3] [GATEWAY_VAD]")
+    p.add_argument("--turn-silence-ms", type=int,
+                   default=int(_env("TURN_SILENCE_MS", str(d.turn_silence_ms)) or 500),
+                   help="silence that ends the user's turn [GATEWAY_TURN_SILENCE_MS]")
+    p.add_argument("--barge-in-ms", type=int,
+                   default=int(_env("BARGE_IN_MS", str(d.barge_in_ms)) or 300),
+                   help="speech over a reply this long cuts it [GATEWAY_BARGE_IN_MS]")
+    p.add_argument("--reply-voice", default=_env("REPLY_VOICE"),
+                   help="the voice replies are spoken in (default: the first) "
+                   "[GATEWAY_REPLY_VOICE]")
     p.add_argument(
         "--red-distance", type=int, choices=range(0, 5),
         default=int(_env("RED_DISTANCE", str(d.red_distance)) or 0),
@@ -286,6 +322,13 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         rate_limit_speech=args.rate_limit_speech,
         idle_timeout_s=args.idle_timeout,
         drain_timeout_s=args.drain_timeout,
+        duplex=args.duplex,
+        asr=args.asr,
+        agent=args.agent,
+        vad=args.vad,
+        turn_silence_ms=args.turn_silence_ms,
+        barge_in_ms=args.barge_in_ms,
+        reply_voice=args.reply_voice,
         red_distance=args.red_distance,
         red_adaptive=not args.red_always,
         http_flush=args.http_flush,

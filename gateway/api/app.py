@@ -14,6 +14,7 @@ from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
+from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts.registry import VoiceRegistry
@@ -36,11 +37,14 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         int(config.phrase_cache_mb * 1024 * 1024), config.phrase_cache_dir,
         settings=options.encoder,
     )
+    app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
+    duplex = None
+    if config.duplex:
+        duplex = DuplexFactory(config.hearing_options(), app[VOICES].get(config.reply_voice))
     app[REGISTRY] = SessionRegistry(
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
-        idle_timeout_s=config.idle_timeout_s,
+        idle_timeout_s=config.idle_timeout_s, duplex=duplex,
     )
-    app[VOICES] = voices if voices is not None else VoiceRegistry.from_specs(config.voices)
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
     app[STREAMING] = StreamDefaults(
         encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
@@ -62,7 +66,11 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         app.router.add_static("/web/", config.web_dir, show_index=False)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        if duplex is not None:
+            await duplex.load()  # Whisper is loaded (and warmed up) before serving
         yield
+        if duplex is not None:
+            await duplex.close()
         await app[REGISTRY].close_all()
         cache.close()  # waits for pending phrase cache writes
         if voices is None:  # we built them, we close them

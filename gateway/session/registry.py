@@ -11,6 +11,7 @@ from aiortc import RTCConfiguration
 
 from gateway.runtime.gc_policy import GcPolicy
 from gateway.runtime.metrics import METRICS
+from gateway.session.duplex import DuplexFactory
 from gateway.session.options import SessionOptions
 from gateway.session.session import Session, new_session_id
 from gateway.speech.phrase_cache import PhraseCache
@@ -39,6 +40,7 @@ class SessionRegistry:
         phrase_cache: PhraseCache | None = None,
         id_prefix: str = "",
         idle_timeout_s: float = 0.0,
+        duplex: DuplexFactory | None = None,
     ) -> None:
         self.rtc_config = rtc_config
         self.options = options
@@ -50,6 +52,7 @@ class SessionRegistry:
         self.created_total = 0
         self.id_prefix = id_prefix  # names this worker in its session ids (scale-out)
         self.idle_timeout_s = idle_timeout_s
+        self.duplex = duplex  # hears sendrecv offers (full duplex) when set
         self.draining = False
         self._sweeper: asyncio.TimerHandle | None = None
 
@@ -74,6 +77,7 @@ class SessionRegistry:
             session, answer = await Session.create(
                 offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
                 phrase_cache=self.phrase_cache, session_id=new_session_id(self.id_prefix),
+                duplex=self.duplex,
             )
         finally:
             self._creating -= 1

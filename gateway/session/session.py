@@ -21,7 +21,9 @@ from typing import Any
 
 from aiortc import RTCConfiguration
 
+from gateway.session import teardown
 from gateway.session.conversation import Conversation
+from gateway.session.duplex import Duplex, DuplexFactory
 from gateway.session.options import SessionOptions
 from gateway.session.sdp_policy import OfferSummary, inspect_offer
 from gateway.session.webrtc_leg import WebRtcLeg
@@ -45,6 +47,7 @@ class Session:
         on_closed: Callable[[Session], None] | None = None,
         session_id: str | None = None,
     ) -> None:
+        self.duplex: Duplex | None = None  # hearing the user (a sendrecv offer, full duplex)
         self.id = session_id or new_session_id()
         self.conversation = conversation
         self.webrtc = webrtc
@@ -73,6 +76,7 @@ class Session:
         on_closed: Callable[[Session], None] | None = None,
         phrase_cache: PhraseCache | None = None,
         session_id: str | None = None,
+        duplex: DuplexFactory | None = None,
     ) -> tuple[Session, str]:
         """Answer ``offer_sdp``; returns the session and the answer SDP. Raises SdpRejected."""
         summary = inspect_offer(offer_sdp)
@@ -87,6 +91,11 @@ class Session:
         except BaseException:
             await session.close("negotiation failed")
             raise
+        if leg.uplink is not None and duplex is not None:
+            session.duplex = duplex.make(conversation)
+            leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm)
+                                    if session.duplex is not None else None)
+            session.duplex.start()
         return session, answer
 
     def touch(self) -> None:
@@ -109,7 +118,10 @@ class Session:
         self.close_reason = reason
         log.info("session %s closing: %s", self.id, reason)
         try:
-            for step in (self.conversation.close, self.webrtc.close):
+            steps = [self.conversation.close, self.webrtc.close]
+            if self.duplex is not None:
+                steps.insert(0, self.duplex.close)
+            for step in steps:
                 try:
                     await step()
                 except Exception:  # the next step must run: the peer connection must close
@@ -118,6 +130,7 @@ class Session:
             self.closed.set()
             if self._on_closed is not None:
                 self._on_closed(self)
+            teardown.release(self)
 
     def state(self) -> dict[str, Any]:
         speaker = self.speaker
@@ -132,6 +145,7 @@ class Session:
                 **{state: n for state, n in speaker.counts.items()},
                 "recent": [u.as_json() for u in list(speaker.recent)[-10:]],
             },
+            "duplex": None if self.duplex is None else self.duplex.state(),
             "sinks": {
                 port.name: {"policy": port.policy.value, "frames_in": port.frames_in,
                             "dropped": port.dropped, "queued": len(port.queue)}

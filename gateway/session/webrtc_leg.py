@@ -32,6 +32,7 @@ from gateway.media.retransmission import Retransmitter
 from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
+from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.session.conversation import Conversation
 from gateway.session.events import Event
 from gateway.session.options import SessionOptions
@@ -86,6 +87,7 @@ class WebRtcLeg:
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
         self.events_channel: RTCDataChannel | None = None
+        self.uplink: ReceivePath | None = None  # the user's microphone, when sendrecv
         self.ice_generation = 0
         self._etag_nonce = secrets.token_hex(4)
 
@@ -131,8 +133,28 @@ class WebRtcLeg:
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
         self.retransmitter.attach(transceiver.sender)
+        if self.direction == "sendrecv":
+            self._hear(transceiver.receiver)
         self._watch()
         return pc.localDescription.sdp
+
+    def _hear(self, receiver: Any) -> None:
+        """The uplink through the same receive path as the headless client (jitter buffer,
+        NACKs, FEC/PLC): its played PCM is the conversation's to hear (``uplink.pcm``)."""
+
+        async def send_rtcp(data: bytes) -> bool:
+            return await aiortc_compat.send_receiver_rtcp(receiver, data)
+
+        # A shallow jitter buffer: what is heard feeds VAD and ASR, not a loudspeaker, and every
+        # frame of depth delays endpointing and barge-in (the client's default is 2-5 + 1).
+        uplink = ReceivePathConfig(pcm_ring_frames=0, min_frames=1, max_frames=3)
+        path = ReceivePath(
+            uplink, send_rtcp,
+            lambda: aiortc_compat.receiver_rtcp_ssrc(receiver),
+        )
+        aiortc_compat.tap_rtp(receiver, lambda packet, at: path.on_rtp(packet))
+        path.start()
+        self.uplink = path
 
     def _start_batch(self) -> None:
         assert isinstance(self.transmitter, BatchStream)
@@ -208,6 +230,8 @@ class WebRtcLeg:
         if self._watchdog is not None:
             self._watchdog.cancel()
         try:
+            if self.uplink is not None:
+                await self.uplink.close()
             if isinstance(self.transmitter, BatchStream):
                 self.transmitter.stop()
             self.track.stop()
@@ -235,6 +259,7 @@ class WebRtcLeg:
             "connection_state": self.pc.connectionState,
             "ice_connection_state": self.pc.iceConnectionState,
             "direction": self.direction,
+            "uplink": None if self.uplink is None else self.uplink.stats.as_dict(),
             "dtls_released": self.dtls_released,
             "connect_ms": (
                 None

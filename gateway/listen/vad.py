@@ -1,0 +1,135 @@
+"""Voice activity per 20 ms frame of 16 kHz int16 mono: a speech probability in [0, 1].
+
+Two detectors behind one interface (``VoiceDetector``), built by ``build_vad``:
+
+- ``silero`` (default): Silero VAD v6, the ONNX file faster-whisper bundles
+  (``faster_whisper/assets/silero_vad_v6.onnx``), run with onnxruntime directly (no torch).
+  The model takes 512-sample windows (32 ms) plus 64 samples of context and carries an LSTM
+  state; frames are buffered into windows and each frame reports the newest window's
+  probability (so a decision lags the audio by at most one window).
+- ``webrtc``: the WebRTC VAD (``webrtcvad-wheels``), 0 or 1 per frame, aggressiveness 0-3.
+
+A detector holds one stream's state: one instance per listener. The ONNX session is shared
+by the process (onnxruntime sessions are thread-safe). Cost per 20 ms frame is well under a
+millisecond (see the report in gateway/listen/__init__.py), so callers may run it inline.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from gateway.listen.audio import FRAME_SAMPLES, RATE, as_float32, as_int16
+
+SILERO_WINDOW = 512
+SILERO_CONTEXT = 64
+
+
+@runtime_checkable
+class VoiceDetector(Protocol):
+    name: str
+
+    def probability(self, frame: np.ndarray) -> float:
+        """Speech probability for the next 20 ms frame (320 int16 samples) of the stream."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the stream (start of a new one)."""
+        ...
+
+
+def silero_model_path() -> Path:
+    """The Silero VAD v6 ONNX file inside the installed faster-whisper package."""
+    path = Path(str(resources.files("faster_whisper") / "assets" / "silero_vad_v6.onnx"))
+    if not path.is_file():
+        raise FileNotFoundError(f"faster-whisper ships no Silero VAD at {path}")
+    return path
+
+
+@functools.cache
+def _silero_session(path: str) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = 1
+    options.enable_cpu_mem_arena = False
+    options.log_severity_level = 4
+    return onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"],
+                                        sess_options=options)
+
+
+class SileroVad:
+    """Silero VAD v6 over onnxruntime; probabilities are the model's own."""
+
+    name = "silero"
+
+    def __init__(self, model_path: str | Path | None = None) -> None:
+        self._session = _silero_session(str(model_path or silero_model_path()))
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._last = 0.0
+        self.windows = 0  # model runs so far (for cost accounting)
+        self.reset()
+
+    def reset(self) -> None:
+        self._h = np.zeros((1, 1, 128), dtype=np.float32)
+        self._c = np.zeros((1, 1, 128), dtype=np.float32)
+        self._context = np.zeros(SILERO_CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._last = 0.0
+
+    def probability(self, frame: np.ndarray) -> float:
+        self._pending = np.concatenate([self._pending, as_float32(frame)])
+        while len(self._pending) >= SILERO_WINDOW:
+            window = self._pending[:SILERO_WINDOW]
+            self._pending = self._pending[SILERO_WINDOW:]
+            self._last = self._run(window)
+        return self._last
+
+    def _run(self, window: np.ndarray) -> float:
+        batch = np.concatenate([self._context, window])[np.newaxis, :]
+        prob, self._h, self._c = self._session.run(
+            None, {"input": batch, "h": self._h, "c": self._c})
+        self._context = window[-SILERO_CONTEXT:]
+        self.windows += 1
+        return float(np.asarray(prob).reshape(-1)[0])
+
+
+class WebRtcVad:
+    """The WebRTC VAD: 1.0 for a voiced frame, else 0.0. ``mode`` 0 (lenient) to 3 (strict)."""
+
+    name = "webrtc"
+
+    def __init__(self, mode: int = 3) -> None:
+        import webrtcvad
+
+        if mode not in (0, 1, 2, 3):
+            raise ValueError(f"webrtc VAD mode must be 0-3, not {mode}")
+        self.mode = mode
+        self._vad = webrtcvad.Vad(mode)
+
+    def reset(self) -> None:
+        self._vad.set_mode(self.mode)
+
+    def probability(self, frame: np.ndarray) -> float:
+        pcm = as_int16(frame)
+        if len(pcm) != FRAME_SAMPLES:
+            raise ValueError(f"webrtc VAD takes {FRAME_SAMPLES}-sample frames, not {len(pcm)}")
+        return 1.0 if self._vad.is_speech(pcm.astype("<i2", copy=False).tobytes(), RATE) else 0.0
+
+
+def build_vad(spec: str = "silero") -> VoiceDetector:
+    """``silero`` or ``webrtc`` / ``webrtc:MODE`` (0-3, default 3)."""
+    kind, _, arg = spec.strip().partition(":")
+    if kind == "silero" and not arg:
+        return SileroVad()
+    if kind == "webrtc":
+        try:
+            return WebRtcVad(int(arg) if arg else 3)
+        except ValueError as exc:
+            raise ValueError(f"bad VAD spec {spec!r}: {exc}") from exc
+    raise ValueError(f"unknown VAD spec {spec!r}: use silero or webrtc[:0-3]")

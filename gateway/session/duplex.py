@@ -1,0 +1,283 @@
+"""Full duplex: the user's microphone -> VAD -> Whisper -> the agent -> speech, with barge-in.
+
+One ``Duplex`` per talking session. ``hear`` takes each 20 ms of the uplink as the receive path
+plays it (24 kHz), resamples it to 16 kHz (libsoxr) and pushes it to the ``Listener`` (VAD and
+turns inline, ~0.1 ms a frame; Whisper on its own bounded pool, off the event loop). A final
+transcript starts the reply: the agent's streamed text is cut into clauses and each clause is
+said as soon as it is complete. When the user talks over a reply for the barge-in minimum (300 ms
+by default: a cough or a "hm" does not cut it) the reply stops at once -- the agent's stream
+(and its upstream request) is closed, the speaker's queue emptied and its synthesis cancelled,
+the utterances end ``interrupted`` -- and the new turn is heard. Every step is an event
+(session/events.py) and every turn keeps its timings (``turns``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gateway.agent.base import Agent, AgentError, History
+from gateway.agent.clauses import stream_clauses
+from gateway.listen.listener import (
+    FinalTranscript,
+    Listener,
+    PartialTranscript,
+    TranscriptionFailed,
+)
+from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
+from gateway.media.resample import Resampler
+from gateway.session.conversation import Conversation
+from gateway.speech.speaker import SpeechQueueFull
+from gateway.speech.utterance import FINAL_STATES, Utterance
+from gateway.tts.base import Synthesizer
+
+log = logging.getLogger(__name__)
+UPLINK_RATE, ASR_RATE, ASR_FRAME = 24_000, 16_000, 320
+
+
+@dataclass(eq=False)
+class Turn:
+    number: int
+    started_at: float  # monotonic: the user's first voiced frame
+    stopped_at: float | None = None  # the last voiced frame
+    detected_at: float | None = None  # when the turn was declared over (endpointing)
+    transcript_at: float | None = None
+    text: str = ""
+    first_text_at: float | None = None  # the agent's first clause
+    reply: list[str] = field(default_factory=list)
+    utterances: list[Utterance] = field(default_factory=list)
+    interrupted: bool = False
+    error: str | None = None
+
+    @property
+    def first_audio_at(self) -> float | None:
+        sent = [u.first_sent_at for u in self.utterances if u.first_sent_at is not None]
+        return min(sent) if sent else None
+
+    def as_json(self) -> dict[str, Any]:
+        def ms(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else round((b - a) * 1000, 1)
+
+        end = self.stopped_at
+        return {
+            "turn": self.number, "text": self.text, "reply": " ".join(self.reply),
+            "utterances": [u.id for u in self.utterances], "interrupted": self.interrupted,
+            "error": self.error,
+            "latency_ms": {
+                "endpointing": ms(end, self.detected_at),
+                "asr": ms(self.detected_at, self.transcript_at),
+                "agent_first_text": ms(self.transcript_at, self.first_text_at),
+                "tts_first_audio": ms(self.first_text_at, self.first_audio_at),
+                "end_of_speech_to_audio": ms(end, self.first_audio_at),
+            },
+        }
+
+
+class Duplex:
+    def __init__(
+        self,
+        conversation: Conversation,
+        listener: Listener,
+        agent: Agent,
+        voice: Synthesizer,
+        history_turns: int = 20,
+        max_turns_kept: int = 32,
+    ) -> None:
+        self.conversation = conversation
+        self.listener = listener
+        self.agent = agent
+        self.voice = voice
+        self.events = conversation.events
+        self.history = History(max_messages=2 * history_turns)
+        self.turns: deque[Turn] = deque(maxlen=max_turns_kept)
+        self._resampler = Resampler(UPLINK_RATE, ASR_RATE)
+        self._pending = np.zeros(0, dtype=np.int16)
+        self._stream_t0: float | None = None  # monotonic time of the listener's second 0
+        self._heard_at: deque[float] = deque(maxlen=1500)  # the last 30 s of frames' times
+        self._reply: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.frames_heard = 0
+        self.barge_ins = 0
+        self._closed = False
+        #: the last barge-in: (the user's first voiced frame, when the reply was cut)
+        self.last_barge_in: tuple[float, float] | None = None
+
+    # -- hearing (called for every 20 ms the uplink plays: keep it cheap) --------------------
+    def hear(self, pcm24k: np.ndarray) -> None:
+        if self._closed:
+            return
+        if self._stream_t0 is None:
+            self._stream_t0 = time.monotonic()
+        pcm = self._resampler.push(pcm24k)
+        if self._pending.size:
+            pcm = np.concatenate((self._pending, pcm))
+        cut = pcm.size - pcm.size % ASR_FRAME
+        self._pending = pcm[cut:]
+        now = time.monotonic()
+        for start in range(0, cut, ASR_FRAME):
+            self.frames_heard += 1
+            self._heard_at.append(now)  # when frame ``frames_heard - 1`` was heard
+            for event in self.listener.push(pcm[start : start + ASR_FRAME]):
+                if isinstance(event, BargeIn) and self.speaking:
+                    self.last_barge_in = (self._mono(event.started_at), time.monotonic())
+                    self.barge_in()
+
+    def _mono(self, stream_s: float) -> float:
+        """When the listener's stream time ``stream_s`` (the end of a 20 ms frame) was heard."""
+        frame = round(stream_s / 0.020) - 1
+        first = self.frames_heard - len(self._heard_at)
+        if first <= frame < self.frames_heard:
+            return self._heard_at[frame - first]
+        return (self._stream_t0 or time.monotonic()) + stream_s
+
+    @property
+    def speaking(self) -> bool:
+        """A reply is being thought of, synthesized or played."""
+        if self._reply is not None and not self._reply.done():
+            return True
+        # the turn now being heard is new: the reply still playing is an earlier turn's
+        return any(u.state not in FINAL_STATES for t in self.turns for u in t.utterances)
+
+    def barge_in(self) -> None:
+        self.barge_ins += 1
+        if self._reply is not None and not self._reply.done():
+            self._reply.cancel()  # closes the agent's stream and its upstream request
+        for turn in self.turns:
+            if any(u.state not in FINAL_STATES for u in turn.utterances):
+                turn.interrupted = True
+        self.conversation.interrupt()  # queue emptied, synthesis cancelled: "interrupted"
+
+    # -- turns -------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="duplex")
+
+    async def _run(self) -> None:
+        async for event in self.listener.events():
+            try:
+                self._on_event(event)
+            except Exception:  # one bad event must not stop hearing
+                log.exception("duplex event failed")
+
+    def _on_event(self, event: object) -> None:
+        publish = self.events.publish
+        if isinstance(event, SpeechStarted):
+            self.turns.append(Turn(self.listener.turn, self._mono(event.at)))
+            publish("speech_started", turn=self.listener.turn)
+        elif isinstance(event, SpeechStopped):
+            turn = self._turn()
+            if turn is not None:
+                turn.stopped_at = self._mono(event.at)
+                turn.detected_at = self._mono(event.detected_at)
+            publish("speech_stopped", turn=self.listener.turn,
+                    duration_ms=round((event.at - event.started_at) * 1000))
+        elif isinstance(event, PartialTranscript):
+            publish("transcript", text=event.text, final=False, turn=event.turn)
+        elif isinstance(event, FinalTranscript):
+            turn = self._turn(event.turn)
+            publish("transcript", text=event.text, final=True, turn=event.turn)
+            if turn is not None:
+                turn.transcript_at = time.monotonic()
+                turn.text = event.text
+                if event.text.strip():
+                    self._answer(turn)
+        elif isinstance(event, TranscriptionFailed):
+            publish("error", code="asr_failed", message=str(event.error), turn=event.turn)
+
+    def _turn(self, number: int | None = None) -> Turn | None:
+        number = self.listener.turn if number is None else number
+        return next((t for t in reversed(self.turns) if t.number == number), None)
+
+    def _answer(self, turn: Turn) -> None:
+        if self._reply is not None and not self._reply.done():
+            self._reply.cancel()
+        self._reply = asyncio.get_running_loop().create_task(self._reply_to(turn))
+
+    async def _reply_to(self, turn: Turn) -> None:
+        stream = stream_clauses(self.agent.reply(turn.text, list(self.history)))
+        try:
+            async with contextlib.aclosing(stream) as clauses:
+                async for clause in clauses:
+                    if turn.first_text_at is None:
+                        turn.first_text_at = time.monotonic()
+                    turn.reply.append(clause)
+                    try:
+                        utterance = self.conversation.say(clause, self.voice)
+                    except SpeechQueueFull:
+                        continue
+                    turn.utterances.append(utterance)
+                    self.events.publish("reply", text=clause, utterance=utterance.id,
+                                        turn=turn.number)
+        except AgentError as exc:
+            turn.error = str(exc)
+            self.events.publish("error", code="agent_failed", message=str(exc),
+                                turn=turn.number)
+            return
+        self.history.record(turn.text, " ".join(turn.reply))
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in (self._reply, self._task):
+            if task is not None:
+                task.cancel()
+        await self.listener.close()
+        for task in (self._reply, self._task):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def state(self) -> dict[str, Any]:
+        return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
+                "turns": [t.as_json() for t in self.turns]}
+
+
+@dataclass(frozen=True, slots=True)
+class HearingOptions:
+    """What a talking session is made with (from the command line)."""
+
+    asr: str = "whisper:tiny.en"
+    agent: str = "echo"
+    vad: str = "silero"
+    turn_silence_ms: int = 500
+    barge_in_ms: int = 300
+    partials: bool = True
+
+
+class DuplexFactory:
+    """Process-wide: one recogniser (its own bounded pool) and one agent, shared by every
+    talking session; each session gets its own listener (VAD state, turns)."""
+
+    def __init__(self, options: HearingOptions, voice: Synthesizer) -> None:
+        from gateway.agent.registry import build_agent
+        from gateway.listen.recognizers import build_recognizer
+
+        self.options = options
+        self.voice = voice
+        self.recognizer = build_recognizer(options.asr)
+        self.agent = build_agent(options.agent)
+
+    async def load(self) -> None:
+        load = getattr(self.recognizer, "load", None)
+        if load is not None:
+            await load()
+
+    def make(self, conversation: Conversation) -> Duplex:
+        from gateway.listen.turns import TurnOptions
+        from gateway.listen.vad import build_vad
+
+        turns = TurnOptions(stop_ms=self.options.turn_silence_ms,
+                            barge_in_ms=self.options.barge_in_ms)
+        listener = Listener(self.recognizer, vad=build_vad(self.options.vad), turns=turns,
+                            partials=self.options.partials)
+        return Duplex(conversation, listener, self.agent, self.voice)
+
+    async def close(self) -> None:
+        await self.recognizer.close()
+        await self.agent.close()

@@ -1,0 +1,158 @@
+"""Full duplex over one peer connection: a microphone (a recording spoken in real time by an
+aiortc peer) -> VAD -> Whisper -> the echo agent -> speech, with barge-in (real UDP, real Whisper
+tiny.en, questions spoken by espeak-ng in a voice other than the gateway's)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+from gateway import aiortc_compat
+from gateway.testing.mic_track import RecordedMic
+from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, speak, trim
+
+faster_whisper = pytest.importorskip("faster_whisper", reason="the [listen] extra")
+pytestmark = [
+    pytest.mark.asr,
+    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+]
+
+
+class Talk:
+    """A talking peer: its microphone, the reply packets it receives, the session's events."""
+
+    def __init__(self, gateway, mic: RecordedMic) -> None:
+        self.gateway, self.mic = gateway, mic
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.transceiver = self.pc.addTransceiver(mic, direction="sendrecv")
+        self.packets: list = []
+        aiortc_compat.tap_rtp(self.transceiver.receiver, lambda p, t: self.packets.append(p))
+        self.events: list[tuple[str, dict]] = []
+        self.changed = asyncio.Event()
+        self._reader: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        async with self.gateway.http.post(
+            f"{self.gateway.url}/v1/sessions", data=self.pc.localDescription.sdp,
+            headers={"Content-Type": "application/sdp"},
+        ) as r:
+            assert r.status == 201, await r.text()
+            self.location = self.gateway.url + r.headers["Location"]
+            answer = await r.text()
+        assert "a=sendrecv" in answer
+        self._sse = await self.gateway.http.get(f"{self.location}/events")
+        self._reader = asyncio.create_task(self._read())
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
+
+    async def _read(self) -> None:
+        kind = None
+        async for raw in self._sse.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                kind = line[7:]
+            elif line.startswith("data: "):
+                self.events.append((kind, json.loads(line[6:])))
+                self.changed.set()
+
+    async def until(self, predicate, timeout: float = 30.0):
+        async def wait() -> None:
+            while not predicate():
+                self.changed.clear()
+                await self.changed.wait()
+
+        await asyncio.wait_for(wait(), timeout)
+
+    def of(self, kind: str) -> list[dict]:
+        return [data for k, data in self.events if k == kind]
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        self._sse.close()
+        await self.pc.close()
+
+
+@pytest.fixture
+async def talking(start_gateway):
+    talks: list[Talk] = []
+
+    async def make(pcm, **overrides) -> Talk:
+        gateway = await start_gateway(duplex=True, **overrides)
+        talk = Talk(gateway, RecordedMic(pcm, 16_000))
+        talks.append(talk)
+        await talk.start()
+        return talk
+
+    yield make
+    for talk in talks:
+        await talk.close()
+
+
+async def test_a_question_is_heard_answered_and_spoken(talking):
+    talk = await talking(concat(speak("What time is it in London?"), silence(1.5)))
+    await talk.until(lambda: any(t["final"] for t in talk.of("transcript")))
+    final = next(t for t in talk.of("transcript") if t["final"])
+    assert "time" in final["text"].lower() and "london" in final["text"].lower()
+    await talk.until(lambda: talk.of("reply"))
+    reply = talk.of("reply")[0]
+    assert reply["text"].startswith("You said")
+    speaking = len(talk.packets)
+    await talk.until(lambda: any(u["id"] == reply["utterance"] and u["state"] == "done"
+                                 for u in talk.of("utterance")))
+    assert len(talk.packets) > speaking  # the reply's audio reached the peer
+    assert [k for k, _ in talk.events].index("speech_started") < \
+        [k for k, _ in talk.events].index("speech_stopped")
+    async with talk.gateway.http.get(talk.location) as r:
+        state = await r.json()
+    (turn,) = state["duplex"]["turns"]
+    assert turn["latency_ms"]["end_of_speech_to_audio"] is not None
+    assert state["direction"] == "sendrecv" and state["uplink"]["received"] > 50
+
+
+async def test_a_pause_inside_a_sentence_is_one_turn(talking):
+    # trimmed: espeak-ng ends each phrase with ≈0.4 s of silence of its own
+    pcm = concat(trim(speak("I would like to order")), silence(0.3),
+                 trim(speak("a large pizza please")), silence(1.5))
+    talk = await talking(pcm)
+    await talk.until(lambda: any(t["final"] for t in talk.of("transcript")))
+    await asyncio.sleep(0.6)  # long enough for a second turn to have been declared, if any
+    assert len(talk.of("speech_started")) == 1
+    final = next(t for t in talk.of("transcript") if t["final"])
+    assert "order" in final["text"].lower() and "please" in final["text"].lower()
+
+
+async def test_talking_over_a_reply_cuts_it_but_a_noise_burst_does_not(talking):
+    # replies in the 30 s "long" voice: something to talk over
+    talk = await talking(concat(speak("Tell me a long story."), silence(1.0)),
+                         reply_voice="long", barge_in_ms=300)
+    await talk.until(lambda: talk.of("reply"))
+    utterance = talk.of("reply")[0]["utterance"]
+    await talk.until(lambda: any(u["id"] == utterance and u["state"] == "playing"
+                                 for u in talk.of("utterance")))
+    talk.mic.play(concat(noise(0.1, level=0.3), silence(1.2)))  # a cough
+    await talk.mic.finished.wait()
+    assert not talk.of("interrupted")
+    talk.mic.play(concat(trim(speak("Please stop talking now and listen to me")), silence(1.0)))
+    try:
+        await talk.until(lambda: any(e["utterance"] == utterance
+                                     for e in talk.of("interrupted")), timeout=15)
+    except TimeoutError:
+        raise AssertionError(talk.events) from None
+    session = next(iter(talk.gateway.registry))
+    cut = session.speaker.get(utterance)
+    assert cut.state.value == "interrupted"
+    # the user's first voiced frame as the gateway heard it -> the reply cut: the barge-in
+    # minimum (300 ms) and at most 100 ms more (the VAD's 32 ms window, a frame or two)
+    heard_at, cut_at = session.duplex.last_barge_in
+    # (heard on the playout clock: a stalled loop plays a few frames back to back)
+    assert 0.2 <= cut.finished_at - heard_at <= 0.3 + 0.1, cut.finished_at - heard_at
+    assert cut.finished_at - cut_at < 0.01  # the cut itself is immediate
+    # ... and from the microphone, uplink included (network, a shallow jitter buffer)
+    print(f"barge-in: {(cut.finished_at - talk.mic.started_at) * 1000:.0f} ms after the "
+          f"first spoken frame left the microphone")
+    # and the new turn is heard
+    await talk.until(lambda: len([t for t in talk.of("transcript") if t["final"]]) >= 2)

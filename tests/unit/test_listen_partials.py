@@ -1,0 +1,94 @@
+"""Partial transcripts of a growing segment, with a fake recogniser (no model)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import numpy as np
+
+from gateway.listen.asr import Transcript
+from gateway.listen.partials import partial_transcripts
+
+
+class FakeRecognizer:
+    name = "fake"
+
+    def __init__(self, busy_every: int = 0, delay: float = 0.0) -> None:
+        self.calls: list[int] = []
+        self.busy_every = busy_every
+        self.delay = delay
+
+    async def transcribe(self, audio16k: np.ndarray, *, final: bool) -> Transcript | None:
+        self.calls.append(len(audio16k))
+        if self.busy_every and len(self.calls) % self.busy_every == 0:
+            return None
+        await asyncio.sleep(self.delay)
+        words = len(audio16k) // 16000
+        return Transcript(" ".join(["word"] * words), final, len(audio16k) / 16000)
+
+    async def close(self) -> None:
+        return None
+
+
+async def collect(rec, segment, seconds: float, **kw):
+    out: list[Transcript] = []
+
+    async def run() -> None:
+        async for t in partial_transcripts(rec, segment, **kw):
+            out.append(t)
+
+    task = asyncio.create_task(run())
+    await asyncio.sleep(seconds)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return out
+
+
+async def test_partials_follow_the_growing_segment_and_skip_repeats():
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    def segment() -> np.ndarray:  # grows 16000 samples (1 s) per 0.1 s of test time
+        return np.zeros(int((loop.time() - start) * 160_000), dtype=np.int16)
+
+    rec = FakeRecognizer()
+    out = await collect(rec, segment, 0.55, interval=0.1)
+    assert 4 <= len(rec.calls) <= 6
+    assert rec.calls == sorted(rec.calls)
+    texts = [t.text for t in out]
+    assert len(texts) == len(set(texts)) and all(texts)
+    assert not any(t.final for t in out)
+
+
+async def test_a_skipped_decode_is_retried_at_the_next_tick_and_short_audio_waits():
+    audio = np.zeros(32000, dtype=np.int16)
+    grown = [np.zeros(4000, dtype=np.int16)]
+    rec = FakeRecognizer(busy_every=1)
+    await collect(rec, lambda: grown[0], 0.25, interval=0.05)
+    assert rec.calls == []  # 0.25 s of audio: below min_seconds
+    grown[0] = audio
+    await collect(rec, lambda: grown[0], 0.28, interval=0.05)
+    assert len(rec.calls) >= 4  # every tick tried again: each was refused
+
+
+async def test_slow_decodes_do_not_stretch_the_interval_beyond_one_decode():
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    rec = FakeRecognizer(delay=0.08)
+    await collect(rec, lambda: np.zeros(int((loop.time() - start) * 160_000) + 16000,
+                                        dtype=np.int16), 0.5, interval=0.1)
+    assert 4 <= len(rec.calls) <= 6
+
+
+async def test_no_partial_while_not_wanted():
+    rec = FakeRecognizer()
+    wanted = [False]
+    await collect(rec, lambda: np.zeros(32000, dtype=np.int16), 0.25, interval=0.05,
+                  wanted=lambda: wanted[0])
+    assert rec.calls == []
+    wanted[0] = True
+    await collect(rec, lambda: np.zeros(32000, dtype=np.int16), 0.12, interval=0.05,
+                  wanted=lambda: wanted[0])
+    assert rec.calls == [32000]
