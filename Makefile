@@ -6,12 +6,13 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 ICE_HOSTS ?=
 VOICE ?= piper
+AGENT ?= echo
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint bench bench-load bench-browser bench-http bench-http-quick browser clean help
 
 help:
-	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE)"
+	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT)"
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
 
@@ -36,7 +37,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
-		--voice "$(VOICE)"
+		--voice "$(VOICE)" --duplex --agent "$(AGENT)"
 
 # Debian Chromium for the browser tests (skipped where it cannot be installed: not root).
 browser: $(STAMP)

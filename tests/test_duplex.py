@@ -156,3 +156,37 @@ async def test_talking_over_a_reply_cuts_it_but_a_noise_burst_does_not(talking):
           f"first spoken frame left the microphone")
     # and the new turn is heard
     await talk.until(lambda: len([t for t in talk.of("transcript") if t["final"]]) >= 2)
+
+
+async def test_an_llm_reply_is_spoken_before_it_is_complete_and_a_failure_is_an_event(talking):
+    from gateway.testing.chat_server import ChatStandIn, StandInConfig
+
+    tokens = ("Sure", ",", " I", " can", " help", " with", " that", ".", " The", " rest",
+              " of", " this", " answer", " comes", " later", ".")
+    async with ChatStandIn(StandInConfig(tokens=tokens, gate_after=8)) as chat:
+        chat.gate = asyncio.Event()  # hold the stream after "Sure, I can help with that."
+        chat.faults = [None, "http500"]
+        spec = f"openai+{chat.url}?model=stand-in&system=Be%20brief."
+        pcm = concat(speak("Can you help me with my order?"), silence(1.5))
+        talk = await talking(pcm, agent=spec)
+        await talk.until(lambda: talk.of("reply"))
+        first = talk.of("reply")[0]
+        await talk.until(lambda: any(u["id"] == first["utterance"] and u["state"] == "playing"
+                                     for u in talk.of("utterance")))
+        assert chat.requests[0].outcome == "pending"  # speaking while the reply is unfinished
+        body = chat.requests[0].body
+        assert body["stream"] is True and body["messages"][0] == {"role": "system",
+                                                                  "content": "Be brief."}
+        chat.gate.set()
+        await talk.until(lambda: any("later" in r["text"] for r in talk.of("reply")))
+        # the next turn's LLM request fails: an error event, and the session lives on
+        talk.mic.play(concat(speak("And what about tomorrow?"), silence(1.5)))
+        await talk.until(lambda: talk.of("error"))
+        assert talk.of("error")[0]["code"] == "agent_failed"
+        async with talk.gateway.http.get(talk.location) as r:
+            state = await r.json()
+        assert state["connection_state"] == "connected"
+        assert state["duplex"]["turns"][-1]["error"]
+        # history: the second request carried the first exchange
+        assert [m["role"] for m in chat.requests[1].body["messages"]] == [
+            "system", "user", "assistant", "user"]
