@@ -3,6 +3,7 @@
 // onset and silence, a long FFT for the dominant frequency — plus watch(), which polls a level
 // condition every 2 ms.
 
+import { peakFrequency, rmsOf } from "./analysis.js";
 import { clearError, showError, ui } from "./ui.js";
 
 export const SILENT_RMS = 0.01; // −40 dBFS: speech has stopped
@@ -81,10 +82,7 @@ export const audio = {
   /** RMS of the last 256 samples the graph rendered (0…1). */
   rms() {
     if (!this.levelNode) return 0;
-    this.levelNode.getFloatTimeDomainData(this.timeBuf);
-    let sum = 0;
-    for (const v of this.timeBuf) sum += v * v;
-    const rms = Math.sqrt(sum / this.timeBuf.length);
+    const rms = rmsOf(this.levelNode, this.timeBuf);
     if (rms > SILENT_RMS) this.lastAudibleAt = performance.now();
     return rms;
   },
@@ -97,17 +95,7 @@ export const audio = {
   /** Peak of the spectrum in Hz (parabolic interpolation on dB), or null when silent. */
   dominantFrequency() {
     if (!this.freq) return null;
-    const bins = this.freqBuf;
-    this.freq.getFloatFrequencyData(bins);
-    const hzPerBin = this.ctx.sampleRate / this.freq.fftSize;
-    let k = Math.max(1, Math.ceil(20 / hzPerBin));
-    let best = k;
-    for (; k < bins.length - 1; k++) if (bins[k] > bins[best]) best = k;
-    if (!(bins[best] > -90)) return null;
-    const [a, b, c] = [bins[best - 1], bins[best], bins[best + 1]];
-    const denom = a - 2 * b + c;
-    const offset = denom === 0 ? 0 : (0.5 * (a - c)) / denom;
-    return (best + offset) * hzPerBin;
+    return peakFrequency(this.freq, this.freqBuf);
   },
 };
 

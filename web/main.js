@@ -9,16 +9,26 @@
 //   ui.js       elements, state pill, errors, lists       panel.js    stats panel and plots
 //   meter.js    the level meter                           state.js    the shared state object
 //   stats.js    getStats → snapshot                       plot.js     the canvas plot
+//   analysis.js AnalyserNode level and spectrum peak
+// The HTTP modes (the "HTTP stream" card, no WebRTC):
+//   frames.js      the framed Opus stream's parser
+//   http-stream.js one play: fetch → jitter buffer → AudioDecoder → the worklet's PCM ring
+//   http-audio.js  their AudioContext, the playout worklet, analysers (made at load)
+//   http-playout-worklet.js  the AudioWorkletProcessor (loaded by audioWorklet.addModule)
+//   http-ui.js     the card, gatewayDemo.http, the comparison with WebRTC
+//   ogg.js         a plain <audio> on the Ogg/Opus URL, gatewayDemo.ogg
 
 import { audio } from "./audio.js";
 import { api, describe } from "./http.js";
+import { playHttp, startHttpMode, stopHttp } from "./http-ui.js";
 import { startMeter } from "./meter.js";
 import { pollStats } from "./monitor.js";
+import { playOgg, stopOgg } from "./ogg.js";
 import { closeWarm, prepareWarm, warmInfo } from "./peer.js";
 import { abandon, connect, currentSession, disconnect } from "./session.js";
 import { interrupt, speak } from "./speech.js";
 import { demo } from "./state.js";
-import { clearError, setState, showError, showVoices, ui } from "./ui.js";
+import { $, clearError, setState, showError, showVoices, ui } from "./ui.js";
 
 Object.defineProperties(demo, {
   level: { value: () => audio.rms() },
@@ -54,6 +64,15 @@ ui.disconnect.addEventListener("click", disconnect);
 ui.speak.addEventListener("click", speak);
 ui.interrupt.addEventListener("click", interrupt);
 ui.errorClose.addEventListener("click", clearError);
+// one HTTP player at a time: each stops the other
+$("http-play").addEventListener("click", () => {
+  stopOgg();
+  playHttp();
+});
+$("ogg-play").addEventListener("click", () => {
+  stopHttp();
+  playOgg();
+});
 ui.text.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && !ui.speak.disabled) speak();
 });
@@ -67,4 +86,5 @@ prepareWarm();
 loadVoices();
 loadHealth();
 startMeter();
+startHttpMode();
 demo.ready = true;

@@ -46,6 +46,8 @@ export async function speak() {
   const busy = audio.audibleWithin(BUSY_HOLD_MS) || current.speaking.size > 0;
   const record = {
     clickedAt,
+    text, // what was asked for, and in which voice (null: the gateway's default)
+    voice: body.voice ?? null,
     acceptedAt: null,
     audibleAt: null, // when this utterance's sound began (performance.now())
     ms: null, // audibleAt − clickedAt: the "sound after" figure

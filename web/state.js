@@ -27,5 +27,7 @@ export const demo = {
   lastSpeak: null, // the latest Speak click: see speech.js
   speeches: [], // the last few Speak clicks, oldest first (lastSpeak is the last)
   lastInterrupt: null, // {clickedAt, respondedAt, silentAt, ms, wasAudible, interrupted, …}
+  http: null, // the HTTP stream card's latest play (http-ui.js sets it)
+  ogg: null, // the <audio> element on the Ogg URL (ogg.js sets it)
   ready: false,
 };

@@ -30,13 +30,22 @@ async def test_screenshot_and_responsive_layout(start_gateway, page):
     await page.click("#interrupt")
     await page.wait_for_function("() => window.gatewayDemo.lastInterrupt?.done")
     await history(page, 11)
+    # the same words over HTTP first (the card's figures), then over WebRTC
+    await page.select_option("#voice", "tone")
+    await page.fill("#text", "Then a short one at 440 hertz.")
+    await page.click("#http-play")
+    await page.wait_for_function("() => window.gatewayDemo.http.state === 'done'")
     await speak(page, "Then a short one at 440 hertz.", voice="tone")
     await page.wait_for_function(
         "() => window.gatewayDemo.level() > 0.1 && "
-        "window.gatewayDemo.history.at(-1).audioLevel > 0.1"
+        "window.gatewayDemo.history.at(-1).audioLevel > 0.1 && "
+        "window.gatewayDemo.lastSpeak.ms != null"
     )
     for selector in ("#s-rtt", "#s-jitter", "#s-received", "#s-nack", "#s-concealed", "#s-jb",
                      "#s-level", "#s-first", "#s-codec", "#s-fmtp", "#s-answer-fmtp"):
+        assert (await page.inner_text(selector)).strip() not in ("", "\N{EN DASH}"), selector
+    for selector in ("#h-first", "#h-jb", "#h-ring", "#h-underruns", "#h-decoded",
+                     "#cmp-http", "#cmp-webrtc"):
         assert (await page.inner_text(selector)).strip() not in ("", "\N{EN DASH}"), selector
     # the plots were drawn by the page: canvases hold non-blank pixels
     for canvas in ("#plot-jb", "#plot-loss", "#plot-level"):
@@ -53,10 +62,11 @@ async def test_screenshot_and_responsive_layout(start_gateway, page):
     # phone: one column, nothing wider than the screen, controls reachable and finger-sized
     await page.set_viewport_size({"width": 390, "height": 844})
     await page.wait_for_function("() => document.documentElement.scrollWidth <= 390")
-    for selector in ("#disconnect", "#speak", "#interrupt", "#text", "#voice"):
+    buttons = ("#disconnect", "#speak", "#interrupt", "#http-play", "#http-stop", "#ogg-play")
+    for selector in (*buttons, "#text", "#voice", "#http-pace", "#http-start", "#ogg-audio"):
         box = await page.locator(selector).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
-        if selector.startswith("#") and selector in ("#disconnect", "#speak", "#interrupt"):
+        if selector in buttons:
             assert box["height"] >= 36, (selector, box)
     speak_box = await page.locator(".speak").bounding_box()
     stats_box = await page.locator(".stats").bounding_box()

@@ -3,7 +3,8 @@ asks for the gaps and the gateway's resends fill them; without NACK in the answe
 is concealed audibly. Counted over 10 s of steady speech, after a 2 s warm-up (the first few
 hundred ms after connecting conceal a little whatever the loss).
 
-Uses the gateway's test-only options ``test_drop_first_tx_percent`` (seeded) and ``answer_nack``.
+Uses the gateway's test-only options ``test_drop_first_tx_percent`` (seeded) and ``answer_nack``,
+with RED (``red_distance``) off.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ async def measure(start_gateway, page, answer_nack: bool) -> dict:
     overrides = {"test_drop_first_tx_percent": DROP_PERCENT, "answer_nack": answer_nack}
     if "test_drop_seed" in _FIELDS:
         overrides["test_drop_seed"] = SEED
+    if "red_distance" in _FIELDS:
+        # RFC 2198 redundancy (on by default, adaptive to reported loss) would recover the
+        # drops by itself: off in both runs, so the difference is NACK's alone
+        overrides["red_distance"] = 0
     gw = await start_gateway(**overrides)
     await open_demo(page, gw.url)
     await connect(page)
