@@ -41,6 +41,8 @@ class GatewayConfig:
     release_dtls: bool = True  # free OpenSSL's DTLS state once a session is connected
     test_drop_first_tx_percent: float = 0.0
     test_drop_seed: int | None = None
+    test_drop_burst: float = 0.0
+    test_repair_delay_ms: float = 0.0
     phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
     phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
     stall_warn_ms: float = 0.0  # log the loop's stack when it is blocked this long (0: off)
@@ -82,6 +84,8 @@ class GatewayConfig:
             answer_nack=self.answer_nack,
             test_drop_first_tx_percent=self.test_drop_first_tx_percent,
             test_drop_seed=self.test_drop_seed,
+            test_drop_burst=self.test_drop_burst,
+            test_repair_delay_ms=self.test_repair_delay_ms,
             send_path=self.send_path,
             release_dtls=self.release_dtls,
             red_distance=self.red_distance,
@@ -253,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("TEST_DROP_FIRST_TX", "0") or 0),
                    help="TEST ONLY: drop this %% of first RTP transmissions at the gateway, to "
                    "exercise NACK recovery [GATEWAY_TEST_DROP_FIRST_TX]")
+    p.add_argument("--test-drop-burst", type=float, metavar="FRAMES",
+                   default=float(_env("TEST_DROP_BURST", "0") or 0),
+                   help="TEST ONLY: ... in bursts of this mean length (Gilbert-Elliott; 0: "
+                   "independent losses) [GATEWAY_TEST_DROP_BURST]")
     p.add_argument("--send-path", choices=["batch", "aiortc"],
                    default=_env("SEND_PATH", "batch"),
                    help="batch: every stream's due packet is built and sent from one shared tick "
@@ -312,6 +320,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         answer_nack=not args.no_nack,
         release_dtls=not args.keep_dtls_state,
         test_drop_first_tx_percent=args.test_drop_first_tx,
+        test_drop_burst=args.test_drop_burst,
         phrase_cache_mb=args.phrase_cache_mb,
         phrase_cache_dir=args.phrase_cache_dir,
         stall_warn_ms=args.stall_warn_ms,

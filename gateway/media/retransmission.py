@@ -19,6 +19,8 @@ counted and the rest of the NACK is still answered; nothing raises into aiortc.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -64,6 +66,11 @@ class RetransmissionCounters:
     test_dropped: int = 0  # first transmissions dropped by the test-only option
 
 
+async def _send_quietly(transport: Any, packet: bytes) -> None:
+    with contextlib.suppress(ConnectionError):
+        await aiortc_compat.send_unprotected(transport, packet)
+
+
 def _cut_off(entry: StoredPacket) -> bool:
     """Speech that barge-in cut off: not worth resending."""
     owner = entry.frame.owner if entry.frame is not None else None
@@ -86,6 +93,7 @@ class Retransmitter:
         self._sender: RTCRtpSender | None = None
         self._ssrc: int | None = None
         self._send_error_logged = False
+        self._delayed: set[asyncio.TimerHandle] = set()  # test-only delayed resends
         self.rtt_s: float | None = None  # from the receiver's reports (LSR/DLSR)
         self.fraction_lost = 0.0  # the latest report's
 
@@ -141,13 +149,35 @@ class Retransmitter:
             entry = outcome.packet
             assert isinstance(entry, StoredPacket)
             if not self.is_cancelled(entry):
-                await aiortc_compat.send_unprotected(self._sender.transport, entry.packet)
+                lost = self.sink.drop_repair
+                if lost is None or not lost():
+                    await self._resend(entry.packet)
                 return
             self.counters.cancelled += 1
         packet = self._concealment_for(outcome.seq)
         if packet is not None:
             await aiortc_compat.send_unprotected(self._sender.transport, packet)
             self.counters.concealments_sent += 1
+
+    async def _resend(self, packet: bytes) -> None:
+        assert self._sender is not None
+        delay = self.sink.repair_delay_s
+        if delay <= 0:
+            await aiortc_compat.send_unprotected(self._sender.transport, packet)
+            return
+        # TEST ONLY: the resend leaves as late as a long round trip would bring it
+        transport = self._sender.transport
+        task = asyncio.get_running_loop().call_later(
+            delay, lambda: asyncio.ensure_future(_send_quietly(transport, packet))
+        )
+        self._delayed.add(task)
+        if len(self._delayed) > 256:
+            self._delayed = {t for t in self._delayed if not t.cancelled()}
+
+    def close(self) -> None:
+        for handle in self._delayed:
+            handle.cancel()
+        self._delayed.clear()
 
     def _on_report(self, packet: bytes) -> None:
         """A receiver report on our stream: loss (turns adaptive RED on), jitter, RTT (the NACK

@@ -40,6 +40,7 @@ class SendStats:
     async_sends: int = 0  # packets that took aiortc's async path (no direct socket: TURN)
     async_dropped: int = 0  # ... dropped because too many such sends were already pending
     test_dropped: int = 0  # first transmissions lost on purpose (test-only option)
+    test_dropped_repairs: int = 0  # ... and resends, in its bursty mode
 
 
 def take_slot(
@@ -66,7 +67,8 @@ def take_slot(
 
 
 class RtpSink:
-    __slots__ = ("drop_first_tx", "pacer", "queue", "red", "silence", "stats", "store", "ticker")
+    __slots__ = ("drop_first_tx", "drop_repair", "pacer", "queue", "red", "repair_delay_s",
+                 "silence", "stats", "store", "ticker")
 
     def __init__(
         self,
@@ -88,23 +90,46 @@ class RtpSink:
         self.pacer = pacer
         self.stats = SendStats()
         self.drop_first_tx: Callable[[bytes], bool] | None = None
+        #: TEST ONLY: whether a resend is lost too (a bursty link's bad state takes repairs)
+        self.drop_repair: Callable[[], bool] | None = None
+        self.repair_delay_s = 0.0  # TEST ONLY: resends leave this late (a long round trip)
         self.red: RedSender | None = None  # RFC 2198 redundancy, when negotiated and wanted
 
     def take_slot(self, now: float | None = None) -> tuple[bytes, FrameOwner | None, int, int]:
         return take_slot(self.queue, self.pacer, self.stats, self.silence, now)
 
-    def lose_first_transmissions(self, percent: float, seed: int | None = None) -> None:
+    def lose_first_transmissions(
+        self, percent: float, seed: int | None = None, burst: float = 0.0
+    ) -> None:
         """TEST ONLY: lose ``percent`` % of first transmissions (retransmissions are not
-        affected); counted in ``stats.test_dropped``. Both transmitters apply this filter."""
+        affected), independently or -- ``burst`` > 1, the mean burst length -- in bursts
+        (Gilbert-Elliott: every packet of the bad state lost, a resend sent while the link is
+        in it included: NACK repairs are lost inside the same burst); counted in
+        ``stats.test_dropped``. Both transmitters apply this filter."""
         rng = random.Random(seed)
         stats = self.stats
+        loss = percent / 100
+        leave = 1.0 / burst if burst > 1 else 1.0  # bad -> good per packet
+        enter = min(1.0, leave * loss / (1.0 - loss)) if loss < 1 else 1.0  # good -> bad
+        bad = False
 
         def drop(data: bytes) -> bool:
+            nonlocal bad
             if len(data) > 1 and 192 <= data[1] <= 223:  # RTCP (should not come this way)
                 return False
-            if rng.random() * 100 < percent:
+            if burst > 1:
+                bad = rng.random() >= leave if bad else rng.random() < enter
+                lost = bad
+            else:
+                lost = rng.random() < loss
+            if lost:
                 stats.test_dropped += 1
-                return True
-            return False
+            return lost
+
+        def repair_lost() -> bool:
+            if bad:
+                stats.test_dropped_repairs += 1
+            return bad
 
         self.drop_first_tx = drop
+        self.drop_repair = repair_lost if burst > 1 else None

@@ -17,6 +17,8 @@ class SessionOptions:
     answer_nack: bool = True  # a=rtcp-fb:<pt> nack in the answer (off only to compare, in tests)
     test_drop_first_tx_percent: float = 0.0  # TEST ONLY: lose this share of first transmissions
     test_drop_seed: int | None = None
+    test_drop_burst: float = 0.0  # TEST ONLY: mean burst length of those losses (0: independent)
+    test_repair_delay_ms: float = 0.0  # TEST ONLY: resends leave this late (a long round trip)
     send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
     release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
     red_distance: int = 2  # RFC 2198: previous frames each packet carries (0: no RED)

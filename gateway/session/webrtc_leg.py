@@ -74,8 +74,10 @@ class WebRtcLeg:
         self.sink = RtpSink(self.queue, self.store, silence, shared_ticker())
         if options.test_drop_first_tx_percent > 0:
             self.sink.lose_first_transmissions(
-                options.test_drop_first_tx_percent, options.test_drop_seed
+                options.test_drop_first_tx_percent, options.test_drop_seed,
+                options.test_drop_burst,
             )
+        self.sink.repair_delay_s = options.test_repair_delay_ms / 1000
         self.transmitter: BatchStream | PassthroughOpusTrack
         self.track: MediaStreamTrack
         if options.send_path == "batch":
@@ -229,6 +231,7 @@ class WebRtcLeg:
         """Stop sending and close the peer connection (each step runs whatever the others do)."""
         if self._watchdog is not None:
             self._watchdog.cancel()
+        self.retransmitter.close()
         try:
             if self.uplink is not None:
                 await self.uplink.close()

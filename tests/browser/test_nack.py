@@ -44,6 +44,11 @@ async def measure(start_gateway, page, answer_nack: bool) -> dict:
         # RFC 2198 redundancy (on by default, adaptive to reported loss) would recover the
         # drops by itself: off in both runs, so the difference is NACK's alone
         overrides["red_distance"] = 0
+    return await measure_with(start_gateway, page, overrides)
+
+
+async def measure_with(start_gateway, page, overrides: dict) -> dict:
+    """``measure`` with any gateway options (RED, bursty loss: tests/browser/test_red.py)."""
     gw = await start_gateway(**overrides)
     await open_demo(page, gw.url)
     await connect(page)
@@ -75,6 +80,8 @@ async def measure(start_gateway, page, answer_nack: bool) -> dict:
         "gateway": counters,
         "jitter_buffer_ms": b["jitterBufferMs"],
         "dtls_released": b_state.get("dtls_released"),
+        "audio_level": b.get("audioLevel"),
+        "red": b_state.get("red"),
     }
 
 
