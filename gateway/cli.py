@@ -30,6 +30,10 @@ async def serve(config: GatewayConfig) -> None:
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
+    warmed = await voices.warm_up()  # the first utterance after start is not a cold one
+    if warmed:
+        log.info("voices warmed up: %s", ", ".join(f"{n} {s * 1000:.0f} ms"
+                                                   for n, s in warmed.items()))
     app[REGISTRY].gc.freeze()  # models and start-up state are long-lived: out of the GC's sight
     if config.stall_warn_ms > 0:
         watch = StallWatch(config.stall_warn_ms / 1000)

@@ -237,3 +237,12 @@ async def test_wait_sent_returns_once_the_first_frame_is_out(gateway, connect):
                                 params={"wait": "sent"}) as r:
         playing = await r.json()
     assert playing["first_timestamp"] is not None and playing["state"] == "playing"
+
+
+async def test_the_connect_timeline_is_in_the_session_state(gateway, connect):
+    client = await connect()
+    await client.capture.wait_packets(3)
+    state = await client.state()
+    timeline = state["connect_timeline_ms"]
+    assert None not in timeline.values(), timeline
+    assert 0 < timeline["answer"] <= timeline["ice"] <= timeline["dtls"] <= timeline["first_packet"]

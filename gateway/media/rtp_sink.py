@@ -41,6 +41,7 @@ class SendStats:
     async_dropped: int = 0  # ... dropped because too many such sends were already pending
     test_dropped: int = 0  # first transmissions lost on purpose (test-only option)
     test_dropped_repairs: int = 0  # ... and resends, in its bursty mode
+    first_sent_at: float | None = None  # monotonic: the stream's first packet
 
 
 def take_slot(
@@ -55,6 +56,8 @@ def take_slot(
     the slot's index. Builds no object."""
     fields = queue.pop_fields()
     slot = pacer.release(now)
+    if not stats.frames_sent:
+        stats.first_sent_at = pacer.now() if now is None else now
     stats.frames_sent += 1
     if fields is None:
         stats.silence_frames += 1

@@ -63,7 +63,9 @@ class WebRtcLeg:
         self.options = options
         self.offer = offer
         self.created_at = time.monotonic()
-        self.connected_at: float | None = None
+        self.connected_at: float | None = None  # DTLS (and so SRTP) up: media can flow
+        self.answered_at: float | None = None
+        self.ice_connected_at: float | None = None
         self.connected = asyncio.Event()
         self.dtls_released = False
         self.direction = answer_direction(offer, options.uplink)
@@ -137,6 +139,7 @@ class WebRtcLeg:
         self.retransmitter.attach(transceiver.sender)
         if self.direction == "sendrecv":
             self._hear(transceiver.receiver)
+        self.answered_at = time.monotonic()
         self._watch()
         return pc.localDescription.sdp
 
@@ -163,6 +166,11 @@ class WebRtcLeg:
         self.transmitter.start(self._transceiver.sender, self._payload_type)
 
     def _watch(self) -> None:
+        @self.pc.on("iceconnectionstatechange")
+        def on_ice() -> None:
+            if self.pc.iceConnectionState == "completed" and self.ice_connected_at is None:
+                self.ice_connected_at = time.monotonic()
+
         @self.pc.on("connectionstatechange")
         def on_state() -> None:
             state = self.pc.connectionState
@@ -255,6 +263,15 @@ class WebRtcLeg:
             "send_errors": stats.send_errors,
         }
 
+    def timeline(self) -> dict[str, float | None]:
+        """Where the connect time went, in ms from the offer's arrival: the answer sent, ICE
+        connected, DTLS up, the first packet on the wire."""
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round((t - self.created_at) * 1000, 1)
+
+        return {"answer": ms(self.answered_at), "ice": ms(self.ice_connected_at),
+                "dtls": ms(self.connected_at), "first_packet": ms(self.sink.stats.first_sent_at)}
+
     def state(self) -> dict[str, Any]:
         sink = self.sink
         stats, pacer = sink.stats, sink.pacer.stats
@@ -269,6 +286,7 @@ class WebRtcLeg:
                 if self.connected_at is None
                 else round((self.connected_at - self.created_at) * 1000, 1)
             ),
+            "connect_timeline_ms": self.timeline(),
             "opus_payload_type": self._payload_type,
             "packets_sent": stats.frames_sent,
             "speech_frames_sent": stats.speech_frames,

@@ -127,6 +127,14 @@ class PiperSynthesizer:
         self.first_max_words = first_max_words
         self.pool = pool or piper_pool()
 
+    async def warm_up(self) -> float:
+        """Render one short clause on the pool before serving: onnxruntime's first inference
+        of a process sets up its kernels and arenas, which would otherwise make the first
+        utterance after start the slowest. Returns the seconds it took."""
+        started = asyncio.get_running_loop().time()
+        await self.pool.run(self._render, "Hello.")
+        return asyncio.get_running_loop().time() - started
+
     def _render(self, clause: str) -> np.ndarray:
         parts = [chunk.audio_int16_array for chunk in self.voice.synthesize(clause)]
         if not parts:

@@ -101,6 +101,16 @@ class VoiceRegistry:
     def names(self) -> list[str]:
         return list(self._voices)
 
+    async def warm_up(self) -> dict[str, float]:
+        """Warm every voice that can be (``warm_up()``, e.g. Piper's first inference) so the
+        first utterance after start is not the slowest; returns seconds per voice."""
+        took = {}
+        for voice in self._voices.values():
+            warm = getattr(voice, "warm_up", None)
+            if warm is not None:
+                took[voice.name] = await warm()
+        return took
+
     async def close(self) -> None:
         for voice in self._voices.values():
             await voice.close()
