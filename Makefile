@@ -9,12 +9,13 @@ VOICE ?= piper
 AGENT ?= echo
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-load bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast lint fuzz bench bench-load bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT)"
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
+	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser; ~15-30 min)"
 
 # Swagger UI for /docs, from npm (no CDN at run time); the page works without it.
 SWAGGER_UI_VERSION := 5.35.0
@@ -50,6 +51,9 @@ test: $(STAMP) browser $(SWAGGER_UI)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not browser and not voice"
+
+fuzz: $(STAMP)
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/fuzz
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -50,10 +50,25 @@ def _require_type(request: web.Request, *allowed: str) -> str:
     return request.content_type
 
 
-async def _json_body(request: web.Request) -> dict[str, Any]:
+async def body_text(request: web.Request) -> str:
+    """The body as text in its declared charset (UTF-8 by default); a body that is not valid
+    in it, or a charset nobody knows, is the client's error, not ours."""
     try:
-        body = json.loads(await request.text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return await request.text()
+    except UnicodeError as exc:  # UnicodeDecodeError, and codecs that fail otherwise (punycode)
+        raise ApiError(400, "invalid_encoding",
+                       f"the body is not valid in its charset: {exc}") from exc
+    except LookupError as exc:
+        raise ApiError(415, "unsupported_charset", f"unknown charset: {exc}") from exc
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    text = await body_text(request)
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "the JSON body is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and int literals past Python's digit limit
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
@@ -110,7 +125,7 @@ def _location(session: Session) -> str:
 async def create_session(request: web.Request) -> web.Response:
     kind = _require_type(request, SDP, JSON)
     if kind == SDP:
-        offer = await request.text()
+        offer = await body_text(request)
     else:
         offer = parse(JsonOffer, await _json_body(request)).sdp
     try:
@@ -191,7 +206,7 @@ async def trickle_ice(request: web.Request) -> web.Response:
     session = _session(request)
     _require_type(request, SDPFRAG)
     leg = session.webrtc
-    body = await request.text()
+    body = await body_text(request)
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "

@@ -82,8 +82,8 @@ class NackResponder:
             raise ValueError("need 0 < initial_backoff_s <= max_backoff_s")
         if max_tracked < 1:
             raise ValueError("max_tracked must be >= 1")
-        if max_answers_per_s <= 0:
-            raise ValueError("max_answers_per_s must be positive")
+        if max_answers_per_s < 1:
+            raise ValueError("max_answers_per_s must be at least 1 (a bucket of one token)")
         self._store = store
         self._initial = initial_backoff_s
         self._max = max_backoff_s

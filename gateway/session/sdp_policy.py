@@ -83,9 +83,14 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
             raise SdpRejected(
                 "no_dtls_fingerprint", "the audio section has no DTLS fingerprint (a=fingerprint)"
             )
+        listed = set(media.fmt) if media.fmt else set()
         for codec in media.rtp.codecs:
             if codec.mimeType.lower() == OPUS_MIME and codec.clockRate == 48000:
-                red_pt = _red_over(media.rtp.codecs, codec.payloadType)
+                if not 0 <= codec.payloadType <= 127 or (
+                    listed and str(codec.payloadType) not in {str(f) for f in listed}
+                ):
+                    continue  # an rtpmap for a payload type the m= line does not offer
+                red_pt = _red_over(media.rtp.codecs, codec.payloadType, listed)
                 return OfferSummary(
                     opus_payload_type=codec.payloadType,
                     audio_mid=media.rtp.muxId or None,
@@ -101,9 +106,17 @@ def inspect_offer(sdp_text: str) -> OfferSummary:
     raise SdpRejected("no_audio", "the offer has no audio section (m=audio)")
 
 
-def _red_over(codecs: list[RTCRtpCodecParameters], opus_pt: int) -> int | None:
-    """The offer's RED payload type whose blocks are this Opus (``a=fmtp:63 111/111``)."""
+def _red_over(
+    codecs: list[RTCRtpCodecParameters], opus_pt: int, listed: set[object] | None = None
+) -> int | None:
+    """The offer's RED payload type whose blocks are this Opus (``a=fmtp:63 111/111``): its own
+    payload type, one the m= line offers."""
+    offered = {str(f) for f in listed} if listed else None
     for codec in codecs:
+        if codec.payloadType == opus_pt or not 0 <= codec.payloadType <= 127:
+            continue
+        if offered is not None and str(codec.payloadType) not in offered:
+            continue
         if codec.mimeType.lower() == "audio/red" and codec.clockRate == 48000:
             blocks = "/".join(str(k) for k in codec.parameters)
             if set(blocks.split("/")) == {str(opus_pt)}:
