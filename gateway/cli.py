@@ -14,7 +14,10 @@ from aiohttp import web
 
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY, STALL_WATCH
+from gateway.cluster.supervisor import needs_supervisor, supervise
+from gateway.cluster.worker import attach_worker
 from gateway.config import GatewayConfig, parse_config
+from gateway.runtime import logs
 from gateway.runtime.stall_watch import StallWatch
 from gateway.tts.registry import VoiceRegistry
 
@@ -24,6 +27,7 @@ log = logging.getLogger(__name__)
 async def serve(config: GatewayConfig) -> None:
     voices = VoiceRegistry.from_specs(config.voices)  # loads models once, before serving
     app = create_app(config, voices)
+    attach_worker(app, config)  # scale-out: id prefix, absolute Locations, a worker's load
     # handler_cancellation: a client that disconnects cancels its handler (an HTTP stream's
     # synthesis stops at once, not at its next write)
     runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
@@ -86,11 +90,11 @@ def runner(event_loop: str) -> Callable[[Coroutine[Any, Any, None]], None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     config = parse_config(argv)
-    logging.basicConfig(
-        level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(config.log_level, config.log_format)
     run = runner(config.event_loop)
     logging.getLogger(__name__).info("event loop: %s", run.__module__)
+    if needs_supervisor(config):  # --workers N > 1 or --redis-url: gateway.cluster.supervisor
+        return supervise(config, sys.argv[1:] if argv is None else argv, run)
     try:
         run(serve(config))
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ class GatewayConfig:
     connect_timeout_s: float = 30.0
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
+    log_format: str = "text"  # or "json": one object per line, with session/utterance ids
     event_loop: str = "auto"  # auto: uvloop when installed
     send_path: str = "batch"
     answer_nack: bool = True
@@ -65,6 +67,11 @@ class GatewayConfig:
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
     live_write_ms: float = 60.0  # ... frames due within this window go in one write
+    # Scale-out (gateway.cluster): worker processes, the cluster registry, this node's address
+    workers: int = 1  # > 1: a supervisor and this many gateway processes (1: one, as ever)
+    redis_url: str | None = None  # machines sharing this Redis are one cluster
+    advertise_url: str | None = None  # the URL others reach this process at (absolute Locations)
+    session_id_prefix: str = ""  # names this worker in its session ids
 
     def rtc_configuration(self) -> RTCConfiguration:
         servers = [
@@ -106,6 +113,25 @@ def _csv(value: str | None) -> tuple[str, ...]:
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(f"GATEWAY_{name}", default)
+
+
+def _workers(value: str) -> int:
+    if value.strip().lower() == "auto":
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+            os.cpu_count() or 1)
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number or 'auto'") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("at least 1")
+    return n
+
+
+def _prefix(value: str) -> str:
+    if value and not re.fullmatch(r"[A-Za-z0-9._-]{1,32}", value):
+        raise argparse.ArgumentTypeError(f"{value!r}: up to 32 of A-Z a-z 0-9 . _ -")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -287,6 +313,28 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("STALL_WARN_MS", "0") or 0),
                    help="log where the event loop is when it is blocked this long; counts in "
                    "/healthz (0: off) [GATEWAY_STALL_WARN_MS]")
+    p.add_argument(
+        "--workers", type=_workers, default=_env("WORKERS", "1") or "1",  # a str: parsed by type
+        metavar="N|auto",
+        help="gateway processes (one event loop each) behind --port, on ports --port + 1 + i; "
+        "auto = one per core; 1 = a single process [GATEWAY_WORKERS]",
+    )
+    p.add_argument("--redis-url", default=_env("REDIS_URL"),
+                   help="register workers, their load and their sessions in this Redis; every "
+                   "machine pointed at it is one cluster (redis://host:6379/0) "
+                   "[GATEWAY_REDIS_URL]")
+    p.add_argument("--advertise-url", default=_env("ADVERTISE_URL"),
+                   help="the URL clients and other nodes reach this gateway at (default: from "
+                   "--host/--port); sessions' Locations are absolute under it "
+                   "[GATEWAY_ADVERTISE_URL]")
+    p.add_argument("--session-id-prefix", type=_prefix,
+                   default=_env("SESSION_ID_PREFIX", "") or "",
+                   help="start every session id with this (letters, digits, '.', '_', '-'); the "
+                   "supervisor gives each worker its own [GATEWAY_SESSION_ID_PREFIX]")
+    p.add_argument("--log-format", choices=("text", "json"),
+                   default=_env("LOG_FORMAT", "text"),
+                   help="text, or json: one object per line with the session and utterance "
+                   "ids [GATEWAY_LOG_FORMAT]")
     p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
                    choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
     return p
@@ -315,6 +363,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,
+        log_format=args.log_format,
         event_loop=args.event_loop,
         send_path=args.send_path,
         answer_nack=not args.no_nack,
@@ -343,4 +392,8 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         http_flush=args.http_flush,
         live_lead_ms=args.live_lead_ms,
         live_write_ms=args.live_write_ms,
+        workers=args.workers,
+        redis_url=args.redis_url or None,
+        advertise_url=args.advertise_url or None,
+        session_id_prefix=args.session_id_prefix,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -16,6 +17,7 @@ from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.api.models import JsonOffer, SpeechCreate, parse
 from gateway.api.openapi import DOCS_PAGE
+from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
@@ -36,6 +38,10 @@ LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
 STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 OPENAPI = web.AppKey("openapi", dict)
+# Scale-out (gateway.cluster): Locations are absolute under this URL (--advertise-url), and
+# a supervised worker adds its load to /healthz
+BASE_URL = web.AppKey("base_url", str)
+HEALTH_EXTRA = web.AppKey("health_extra", Callable[[], dict[str, Any]])
 
 routes = web.RouteTableDef()
 
@@ -99,6 +105,7 @@ def _session(request: web.Request) -> Session:
     if session is None:
         raise ApiError(404, "unknown_session", "no such session (it may have ended)")
     session.touch()
+    logs.bind(session=session.id)  # what this request (and the tasks it starts) logs
     return session
 
 
@@ -117,8 +124,8 @@ def ice_server_links(config: RTCConfiguration) -> list[str]:
     return links
 
 
-def _location(session: Session) -> str:
-    return f"/v1/sessions/{session.id}"
+def _location(request: web.Request, session: Session) -> str:
+    return f"{request.app.get(BASE_URL, '')}/v1/sessions/{session.id}"
 
 
 @routes.post("/v1/sessions")
@@ -136,14 +143,15 @@ async def create_session(request: web.Request) -> web.Response:
         raise ApiError(503, "draining", str(exc), {"Retry-After": "5"}) from exc
     except SessionLimitReached as exc:
         raise ApiError(503, "session_limit", str(exc), {"Retry-After": "5"}) from exc
-    headers = {"Location": _location(session), "ETag": session.webrtc.etag}
+    headers = {"Location": _location(request, session), "ETag": session.webrtc.etag}
     links = ice_server_links(request.app[REGISTRY].rtc_config)
     if links:
         headers["Link"] = ", ".join(links)
     if kind == SDP:
         return web.Response(status=201, text=answer, content_type=SDP, headers=headers)
     return web.json_response(
-        {"id": session.id, "type": "answer", "sdp": answer, "location": _location(session)},
+        {"id": session.id, "type": "answer", "sdp": answer,
+         "location": _location(request, session)},
         status=201,
         headers=headers,
     )
@@ -246,7 +254,7 @@ async def speak(request: web.Request) -> web.Response:
         utterance = session.speaker.say(text, voice, interrupt=body.interrupt)
     except SpeechQueueFull as exc:
         raise ApiError(429, "speech_queue_full", str(exc)) from exc
-    location = f"{_location(session)}/speech/{utterance.id}"
+    location = f"{_location(request, session)}/speech/{utterance.id}"
     return web.json_response(
         {"id": utterance.id, "state": utterance.state.value, "voice": voice.name,
          "location": location},
@@ -341,6 +349,9 @@ async def healthz(request: web.Request) -> web.Response:
     if watch is not None:
         body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
     body["metrics"] = METRICS.snapshot()
+    extra = request.app.get(HEALTH_EXTRA)
+    if extra is not None:
+        body.update(extra())
     return web.json_response(body)
 
 

@@ -116,7 +116,7 @@ class Session:
             await self.closed.wait()
             return
         self.close_reason = reason
-        log.info("session %s closing: %s", self.id, reason)
+        log.info("session %s closing: %s", self.id, reason, extra={"session": self.id})
         try:
             steps = [self.conversation.close, self.webrtc.close]
             if self.duplex is not None:

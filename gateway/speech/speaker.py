@@ -19,6 +19,7 @@ from gateway.media.fanout import FrameFanout
 from gateway.media.framer import Framer, SampleAligner
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
 from gateway.media.resample import RateFollower
+from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.worker_pool import WorkerPool, encoder_pool
 from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
@@ -203,6 +204,7 @@ class Speaker:
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
+        logs.bind(utterance=utterance.id)  # this task's log lines name their utterance
         utterance.set_state(UtteranceState.SYNTHESIZING)
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
