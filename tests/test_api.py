@@ -246,3 +246,13 @@ async def test_the_connect_timeline_is_in_the_session_state(gateway, connect):
     timeline = state["connect_timeline_ms"]
     assert None not in timeline.values(), timeline
     assert 0 < timeline["answer"] <= timeline["ice"] <= timeline["dtls"] <= timeline["first_packet"]
+
+
+async def test_delete_of_a_session_that_just_ended_is_still_204(gateway, connect):
+    client = await connect()
+    session = next(iter(gateway.registry))
+    await session.close("peer connection closed")  # as when the peer closes first
+    async with gateway.http.delete(client.session_url) as r:
+        assert r.status == 204  # idempotent: a WHEP client's stop() DELETEs after closing
+    async with gateway.http.delete(f"{gateway.url}/v1/sessions/never-existed") as r:
+        assert r.status == 404

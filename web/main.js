@@ -17,6 +17,13 @@
 //   http-playout-worklet.js  the AudioWorkletProcessor (loaded by audioWorklet.addModule)
 //   http-ui.js     the card, gatewayDemo.http, the comparison with WebRTC
 //   ogg.js         a plain <audio> on the Ogg/Opus URL, gatewayDemo.ogg
+// The "Talk" card (full duplex, the gateway started with --duplex):
+//   talk.js        the microphone up a sendrecv offer + `events` data channel, SSE, teardown
+//   talk-state.js  gatewayDemo.talk: events (each applied once of its two paths), turns
+//   talk-audio.js  its AudioContext: microphone and reply analysers, the reply's <audio>
+//   talk-ui.js     the card: VAD meter, transcripts, replies, event counts
+//   timeline.js    each turn's latency drawn as a timeline
+//   trickle.js     trickle ICE (PATCH) for the sessions it makes
 
 import { audio } from "./audio.js";
 import { api, describe } from "./http.js";
@@ -28,6 +35,10 @@ import { closeWarm, prepareWarm, warmInfo } from "./peer.js";
 import { abandon, connect, currentSession, disconnect } from "./session.js";
 import { interrupt, speak } from "./speech.js";
 import { demo } from "./state.js";
+import { abandonTalk, onTalkError, startTalk, stopTalk } from "./talk.js";
+import { talkAudio } from "./talk-audio.js";
+import { talk } from "./talk-state.js";
+import { startTalkUi, talkUi } from "./talk-ui.js";
 import { $, clearError, setState, showError, showVoices, ui } from "./ui.js";
 
 Object.defineProperties(demo, {
@@ -38,6 +49,13 @@ Object.defineProperties(demo, {
   pc: { get: () => currentSession()?.pc ?? null, enumerable: true }, // the live RTCPeerConnection
   prepared: { get: () => warmInfo(), enumerable: true }, // the offer made ahead
 });
+Object.defineProperties(talk, {
+  micLevel: { value: () => talkAudio.micLevel() }, // the microphone's RMS (0…1)
+  replyLevel: { value: () => talkAudio.replyLevel() }, // the reply's RMS as played here
+  peakReplyLevel: { get: () => talkAudio.peakReply, enumerable: true },
+  peakMicLevel: { get: () => talkAudio.peakMic, enumerable: true },
+});
+demo.talk = talk;
 window.gatewayDemo = demo;
 
 async function loadVoices() {
@@ -64,6 +82,12 @@ ui.disconnect.addEventListener("click", disconnect);
 ui.speak.addEventListener("click", speak);
 ui.interrupt.addEventListener("click", interrupt);
 ui.errorClose.addEventListener("click", clearError);
+talkUi.start.addEventListener("click", () => {
+  clearError();
+  startTalk(talkUi.audio);
+});
+talkUi.stop.addEventListener("click", stopTalk);
+onTalkError((title, message, err) => showError(title, message, err));
 // one HTTP player at a time: each stops the other
 $("http-play").addEventListener("click", () => {
   stopOgg();
@@ -78,6 +102,7 @@ ui.text.addEventListener("keydown", (event) => {
 });
 window.addEventListener("pagehide", () => {
   abandon();
+  abandonTalk();
   closeWarm();
 });
 
@@ -87,4 +112,5 @@ loadVoices();
 loadHealth();
 startMeter();
 startHttpMode();
+startTalkUi();
 demo.ready = true;

@@ -29,5 +29,6 @@ export const demo = {
   lastInterrupt: null, // {clickedAt, respondedAt, silentAt, ms, wasAudible, interrupted, …}
   http: null, // the HTTP stream card's latest play (http-ui.js sets it)
   ogg: null, // the <audio> element on the Ogg URL (ogg.js sets it)
+  talk: null, // the Talk card (talk-state.js; main.js sets it)
   ready: false,
 };

@@ -164,6 +164,13 @@ async def get_session(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/sessions/{session_id}")
 async def delete_session(request: web.Request) -> web.Response:
+    """204, also for a session that just ended by itself (a WHEP client that closes its peer
+    connection before it DELETEs: DELETE is idempotent, RFC 9110 §9.2.2)."""
+    registry = request.app[REGISTRY]
+    if registry.get(request.match_info["session_id"]) is None and registry.ended_lately(
+        request.match_info["session_id"]
+    ):
+        return web.Response(status=204)
     session = _session(request)
     await session.close("deleted by client")
     return web.Response(status=204)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
@@ -21,6 +22,9 @@ CLOSE_REASONS = frozenset({
     "deleted", "deleted by client", "peer connection failed", "peer connection closed",
     "never connected", "gateway shutting down", "idle", "draining",
 })
+
+
+ENDED_KEPT = 4096  # ended session ids remembered (for an idempotent DELETE)
 
 
 class SessionLimitReached(Exception):
@@ -54,6 +58,9 @@ class SessionRegistry:
         self.idle_timeout_s = idle_timeout_s
         self.duplex = duplex  # hears sendrecv offers (full duplex) when set
         self.draining = False
+        # Sessions that ended lately: a WHEP client that closes its peer connection first and
+        # DELETEs after finds its session already reaped -- that DELETE is still a 204.
+        self._ended: OrderedDict[str, float] = OrderedDict()
         self._sweeper: asyncio.TimerHandle | None = None
 
     def __len__(self) -> int:
@@ -116,7 +123,14 @@ class SessionRegistry:
                 await asyncio.wait_for(session.speaker.wait_played(), remaining)
         await asyncio.gather(*(s.close("draining") for s in self))
 
+    def ended_lately(self, session_id: str, within_s: float = 60.0) -> bool:
+        ended = self._ended.get(session_id)
+        return ended is not None and time.monotonic() - ended < within_s
+
     def _forget(self, session: Session) -> None:
+        self._ended[session.id] = time.monotonic()
+        while len(self._ended) > ENDED_KEPT:
+            self._ended.popitem(last=False)
         if self._sessions.pop(session.id, None) is not None:
             reason = session.close_reason or "closed"
             METRICS.sessions_closed.labels(reason if reason in CLOSE_REASONS else "other").inc()

@@ -31,7 +31,9 @@ ARGS = [
 # the user's click, and Playwright's click() is a real user gesture.
 
 
-async def launch(playwright: Any, **kwargs: Any) -> Any:
+async def launch(playwright: Any, *extra_args: str, **kwargs: Any) -> Any:
+    """Chromium with ARGS and ``extra_args`` (e.g. ``--use-file-for-fake-audio-capture=F.wav``,
+    the fake microphone's signal: a 16-bit PCM WAV, looped)."""
     return await playwright.chromium.launch(
-        executable_path=str(CHROMIUM), args=ARGS, headless=True, **kwargs
+        executable_path=str(CHROMIUM), args=[*ARGS, *extra_args], headless=True, **kwargs
     )

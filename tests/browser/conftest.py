@@ -32,7 +32,7 @@ CONNECTED = (
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Any]:
+async def playwright_driver() -> AsyncIterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh")
     try:
@@ -41,10 +41,33 @@ async def browser() -> AsyncIterator[Any]:
         pytest.fail("Chromium is installed but the playwright package is not: "
                     "run .ci/install-browser.sh", pytrace=False)
     async with async_playwright() as p:
-        b = await launch(p)
-        try:
-            yield b
-        finally:
+        yield p
+
+
+@pytest.fixture
+async def browser(playwright_driver: Any) -> AsyncIterator[Any]:
+    b = await launch(playwright_driver)
+    try:
+        yield b
+    finally:
+        await b.close()
+
+
+@pytest.fixture
+async def launch_browser(playwright_driver: Any) -> AsyncIterator[Any]:
+    """``await launch_browser(*extra_args)``: another Chromium with more flags (closed after the
+    test), e.g. ``--use-file-for-fake-audio-capture=question.wav`` for a known microphone."""
+    browsers: list[Any] = []
+
+    async def make(*extra_args: str) -> Any:
+        b = await launch(playwright_driver, *extra_args)
+        browsers.append(b)
+        return b
+
+    try:
+        yield make
+    finally:
+        for b in browsers:
             await b.close()
 
 
@@ -118,8 +141,12 @@ async def wait_packets(page: Page, count: int, timeout_ms: int = WAIT_MS) -> dic
 
 
 async def new_page(browser: Any, width: int = 1280, height: int = 900) -> Page:
-    """A second page in its own context (closed with the browser)."""
+    """A second page in its own context (closed with the browser). Its uncaught errors are
+    collected in ``page.js_errors`` (the ``page`` fixture asserts on its own; check these)."""
     context = await browser.new_context(viewport={"width": width, "height": height})
     page = await context.new_page()
     page.set_default_timeout(WAIT_MS)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.js_errors = errors  # type: ignore[attr-defined]
     return page

@@ -62,7 +62,8 @@ async def test_screenshot_and_responsive_layout(start_gateway, page):
     # phone: one column, nothing wider than the screen, controls reachable and finger-sized
     await page.set_viewport_size({"width": 390, "height": 844})
     await page.wait_for_function("() => document.documentElement.scrollWidth <= 390")
-    buttons = ("#disconnect", "#speak", "#interrupt", "#http-play", "#http-stop", "#ogg-play")
+    buttons = ("#disconnect", "#speak", "#interrupt", "#http-play", "#http-stop", "#ogg-play",
+               "#talk-start", "#talk-stop")
     for selector in (*buttons, "#text", "#voice", "#http-pace", "#http-start", "#ogg-audio"):
         box = await page.locator(selector).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, selector
