@@ -7,12 +7,13 @@ PORT ?= 8080
 ICE_HOSTS ?=
 VOICE ?= piper
 AGENT ?= echo
+WORKERS ?= 1
 STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint fuzz bench bench-load bench-browser bench-http bench-http-quick browser clean help
 
 help:
-	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT)"
+	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS)"
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
 	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser; ~15-30 min)"
@@ -38,13 +39,14 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
-		--voice "$(VOICE)" --duplex --agent "$(AGENT)"
+		--voice "$(VOICE)" --duplex --agent "$(AGENT)" --workers "$(WORKERS)"
 
 # Debian Chromium for the browser tests (skipped where it cannot be installed: not root).
 browser: $(STAMP)
-	@if [ -x /usr/lib/chromium/chromium ] && command -v espeak-ng >/dev/null; then :; \
+	@if [ -x /usr/lib/chromium/chromium ] && command -v espeak-ng >/dev/null \
+		&& command -v redis-server >/dev/null; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
-	else echo "note: Debian chromium/espeak-ng cannot be installed here; their tests will skip"; fi
+	else echo "note: Debian chromium/espeak-ng/redis-server cannot be installed here; their tests will skip"; fi
 
 test: $(STAMP) browser $(SWAGGER_UI)
 	$(BIN)/pytest

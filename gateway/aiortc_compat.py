@@ -571,7 +571,7 @@ def _teardown_problems() -> list[str]:
     if not isinstance(getattr(connection, "_check_list", None), list):
         problems.append("aioice.Connection._check_list")
     for name in ("CONSENT_INTERVAL", "CONSENT_FAILURES"):
-        if not isinstance(getattr(aioice.ice, name, None), int):
+        if not isinstance(getattr(aioice.ice, name, None), int | float):
             problems.append(f"aioice.ice.{name}")
     return problems
 
@@ -600,8 +600,9 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
       transport's ``statechange`` -> ``RTCPeerConnection.__updateConnectionState`` -> the peer
       connection -> its DTLS transports;
     - the instance-level wrappers this module installed (``intercept_rtcp``,
-      ``drop_first_transmissions``, ``tap_rtp``): closures over our objects that reach the
-      transport again (RTCP handler -> Retransmitter -> sender -> transport);
+      ``drop_first_transmissions``, ``tap_rtp``, ``impair_incoming``): closures over our
+      objects that reach the transport again (RTCP handler -> Retransmitter -> sender ->
+      transport; a client's datagram hook -> the client -> its peer connection);
     - aioice's ``Connection._check_list``: pair -> protocol -> ``receiver`` (the connection);
       its ``close`` empties the protocols and nominated pairs but keeps the list.
     """
@@ -618,9 +619,11 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
         else:  # RTCIceTransport
             transport.iceGatherer.remove_all_listeners()
             connection = getattr(transport, "_connection", None)
-            check_list = getattr(connection, "_check_list", None)
-            if isinstance(check_list, list):
-                check_list.clear()
+            if connection is not None:
+                vars(connection).pop("data_received", None)  # ``impair_incoming``'s wrapper
+                check_list = getattr(connection, "_check_list", None)
+                if isinstance(check_list, list):
+                    check_list.clear()
     pc.remove_all_listeners()
 
 

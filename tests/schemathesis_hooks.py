@@ -5,5 +5,5 @@ import schemathesis
 
 
 @schemathesis.serializer("application/sdp", "application/trickle-ice-sdpfrag")
-def text_body(ctx, value):  # noqa: ANN001, ANN201 - schemathesis' hook signature
+def text_body(ctx, value):
     return value.encode() if isinstance(value, str) else bytes(str(value), "utf-8")

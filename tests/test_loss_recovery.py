@@ -34,6 +34,9 @@ RECORDED = ReceivePathConfig(record_s=120.0, log_periods=6000)
 async def listener(gateway, **options) -> GatewayClient:
     options.setdefault("receive_path", RECORDED)
     options.setdefault("capture", True)
+    # NACK, FEC and PLC are measured here on their own (RED would rebuild most of these
+    # losses first: tests/test_red_receive.py)
+    options.setdefault("red", False)
     client = GatewayClient(gateway.url, gateway.http, **options)
     await client.connect()
     return client

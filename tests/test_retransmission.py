@@ -37,7 +37,7 @@ async def test_lost_first_transmissions_are_resent_byte_identical(start_gateway,
     gateway = await start_gateway(
         test_drop_first_tx_percent=10.0, test_drop_seed=7, send_path=send_path
     )
-    client = GatewayClient(gateway.url, gateway.http, capture=True)
+    client = GatewayClient(gateway.url, gateway.http, capture=True, red=False)
     await client.connect()
     try:
         said = await client.say("tone", voice="tone")
@@ -72,7 +72,7 @@ def lost_between(client: GatewayClient, first: int, last: int) -> list[int]:
 
 async def test_repeated_nack_is_rate_limited(start_gateway):
     gateway = await start_gateway(test_drop_first_tx_percent=20.0, test_drop_seed=3)
-    client = GatewayClient(gateway.url, gateway.http, capture=True)
+    client = GatewayClient(gateway.url, gateway.http, capture=True, red=False)
     await client.connect()
     try:
         await client.capture.wait_packets(30)
@@ -95,7 +95,7 @@ async def test_repeated_nack_is_rate_limited(start_gateway):
 @pytest.mark.timeout(60)
 async def test_nack_older_than_five_seconds_gets_a_concealment_packet(start_gateway):
     gateway = await start_gateway(test_drop_first_tx_percent=20.0, test_drop_seed=5)
-    client = GatewayClient(gateway.url, gateway.http, capture=True)
+    client = GatewayClient(gateway.url, gateway.http, capture=True, red=False)
     await client.connect()
     try:
         await client.capture.wait_packets(20)
@@ -119,7 +119,7 @@ async def test_nack_older_than_five_seconds_gets_a_concealment_packet(start_gate
 
 async def test_speech_cut_by_barge_in_is_not_resent(start_gateway):
     gateway = await start_gateway(test_drop_first_tx_percent=20.0, test_drop_seed=11)
-    client = GatewayClient(gateway.url, gateway.http, capture=True)
+    client = GatewayClient(gateway.url, gateway.http, capture=True, red=False)
     await client.connect()
     try:
         long = await client.say("long", voice="long")

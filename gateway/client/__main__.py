@@ -1,10 +1,15 @@
 """``python -m gateway.client --url http://127.0.0.1:8080 --text "Hello" --out reply.wav``
 
-The reply plays through our receive path (adaptive jitter buffer, NACK, Opus FEC/PLC, real-time
-playout) and the WAV is what it played, written frame by frame as it plays. ``--loss 5
---jitter 60`` (and the other impairment options) degrade the datagrams this client receives,
-in-process and seeded; ``--impair-send`` degrades what it sends too (NACKs). ``--raw`` decodes
-the raw capture offline instead.
+The reply plays through our receive path (adaptive jitter buffer, RED, NACK, Opus FEC/PLC,
+real-time playout) and the WAV is what it played, written frame by frame as it plays. ``--loss 5
+--jitter 60`` (and the other impairment options, ``--burst 3`` for Gilbert-Elliott bursts)
+degrade the datagrams this client receives, in-process and seeded; ``--impair-send`` degrades
+what it sends too (NACKs). ``--raw`` decodes the raw capture offline instead; ``--no-red`` does
+not offer RFC 2198 RED.
+
+``--http`` plays the gateway's HTTP stream instead, through the same receive path: the framed
+stream (``POST /v1/speech/stream``), or with ``--http-format ogg`` the OpenAI route's Ogg Opus
+(``/v1/audio/speech?response_format=opus``); ``--pace asap|live``.
 """
 
 from __future__ import annotations
@@ -16,11 +21,14 @@ import itertools
 import json
 import statistics
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from gateway import aiortc_compat
 from gateway.client.capture import decode, first_audible
+from gateway.client.first_audio import FirstAudible
+from gateway.client.http_run import add_http_arguments, run_http
 from gateway.client.peer import GatewayClient, GatewayError
 from gateway.client.wav_sink import WavSink
 from gateway.media.opus_codec import SAMPLE_RATE
@@ -47,8 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no receive path: decode the raw capture offline (PLC for gaps)")
     p.add_argument("--no-nack", action="store_true", help="do not ask for lost packets")
     p.add_argument("--no-fec", action="store_true", help="conceal lost frames without FEC")
+    p.add_argument("--no-red", action="store_true",
+                   help="do not offer RFC 2198 RED (redundant copies of the previous frames)")
     p.add_argument("--impair-send", action="store_true",
                    help="apply the impairment to what this client sends too (seed + 1)")
+    add_http_arguments(p)
     impairment.add_arguments(p)
     return p
 
@@ -75,6 +86,12 @@ async def _play_out(client: GatewayClient, last_seq: int | None, timeout: float)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.http:
+        return await run_http(args, _TAIL_PERIODS)
+    return await run_webrtc(args)
+
+
+async def run_webrtc(args: argparse.Namespace) -> dict[str, Any]:
     aiortc_compat.restrict_ice_hosts([h for h in args.ice_hosts.split(",") if h])
     incoming, outgoing = _impairments(args)
     receive_path = False if args.raw else ReceivePathConfig(
@@ -83,13 +100,17 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     client = GatewayClient(
         args.url, receive_path=receive_path, impairment=incoming, outgoing_impairment=outgoing,
         capture=True,  # the stats below are about the raw packets too
+        red=not args.no_red,
     )
     sink: WavSink | None = None
+    heard = FirstAudible()
     if client.receive is not None:
         sink = WavSink(args.out)
         client.receive.pcm.on_frame(sink)
+        client.receive.pcm.on_frame(heard)
     try:
         await client.connect()
+        heard.since = time.monotonic()
         result = await client.say(args.text, voice=args.voice)
         state = await client.wait_utterance(result.utterance["id"], timeout=args.timeout)
         if client.receive is not None:
@@ -100,7 +121,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             sink.close()
     capture = client.capture
     packets = capture.ordered()
-    stream = decode(packets)
+    stream = decode(packets, client.red_payload_type)
     if sink is None:
         write_wav_mono(args.out, stream.pcm, SAMPLE_RATE)
     audio_s = stream.pcm.size / SAMPLE_RATE if sink is None else sink.seconds
@@ -112,6 +133,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "first_audio_ms": (
             None if audible is None else round((audible.arrival - result.said_at) * 1000, 1)
         ),
+        "first_played_ms": heard.played_ms(result.said_at),
+        "red": client.red_payload_type is not None,
         "server_overhead_ms": state.get("server_overhead_ms"),
         "server_latency_ms": state.get("latency_ms"),
         "utterance_state": state.get("state"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder
+from gateway.rtp import red
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class RtpCapture:
         self.count = 0  # packets seen
         self.dropped = 0  # seen but not kept, the capture being full
         self._packets: list[ReceivedPacket] = []
+        self.red_payload_type: int | None = None  # packets of this type are RFC 2198 RED
         self._last_seq: int | None = None
         self._waiters: list[tuple[Callable[[], bool], asyncio.Future[None]]] = []
 
@@ -144,8 +146,19 @@ class DecodedStream:
     concealed: int
 
 
-def decode(packets: list[ReceivedPacket]) -> DecodedStream:
-    """Decode seq-ordered packets; each missing sequence number is concealed (PLC)."""
+def opus_payload(packet: ReceivedPacket, red_payload_type: int | None = None) -> bytes:
+    """The Opus packet a received packet carries (a RED packet's primary)."""
+    if red_payload_type is None or packet.payload_type != red_payload_type:
+        return packet.payload
+    try:
+        return red.primary(packet.payload)
+    except red.MalformedRed:
+        return b""
+
+
+def decode(packets: list[ReceivedPacket], red_payload_type: int | None = None) -> DecodedStream:
+    """Decode seq-ordered packets; each missing sequence number is concealed (PLC). Packets of
+    ``red_payload_type`` are RED: their primary is decoded (the copies are not used here)."""
     if not packets:
         return DecodedStream(np.zeros(0, dtype=np.int16), 0, 0)
     decoder = OpusFrameDecoder()
@@ -157,7 +170,8 @@ def decode(packets: list[ReceivedPacket]) -> DecodedStream:
             frames.append(decoder.conceal(FRAME_SAMPLES))
             concealed += 1
             expected += 1
-        frames.append(decoder.decode(p.payload))
+        payload = opus_payload(p, red_payload_type)
+        frames.append(decoder.decode(payload) if payload else decoder.conceal(FRAME_SAMPLES))
         expected = p.seq + 1
     return DecodedStream(np.concatenate(frames), packets[0].seq, concealed)
 

@@ -7,6 +7,11 @@ packets themselves only with ``capture=True`` or a bound) and, with ``receive_pa
 receive path (``receive``: jitter buffer, NACK, FEC/PLC, real-time playout; its recording and
 period log are opt-in in its ``ReceivePathConfig``). ``impairment`` degrades the datagrams this peer
 receives (``outgoing_impairment``: the ones it sends, NACKs included), in-process and seeded.
+
+``red`` (default on) offers RFC 2198 RED over Opus as Chromium does (``red_sdp``); when the
+answer takes it, RED packets reach the receive path as RED (its redundant copies fill lost
+frames) and the capture as sent, while aiortc's own statistics (its receiver reports) see them
+as the Opus packets they carry (their primary, under the Opus payload type).
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
 from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture
+from gateway.client.red_sdp import answered_red, offer_red
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
+from gateway.rtp import red as rfc2198
 from gateway.testing.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 
 RtpListener = Callable[[Any, int], None]
@@ -54,11 +61,13 @@ class GatewayClient:
         outgoing_impairment: ImpairmentConfig | None = None,
         aiortc_decoder: bool = False,
         capture: bool | int = False,
+        red: bool = True,
     ) -> None:
         """``receive_path``: True for the default config (nothing recorded), or a config.
         ``aiortc_decoder``: keep aiortc's own jitter buffer and decoder running too (its
         track, ``receiver.track``, then yields decoded frames), for comparisons. ``capture``:
-        keep the raw packets, up to 90,000 (True) or the number given."""
+        keep the raw packets, up to 90,000 (True) or the number given. ``red``: offer RFC 2198
+        RED (the gateway sends it while we report loss, or always with ``--red-always``)."""
         self.base_url = base_url.rstrip("/")
         self._http = http
         self._own_http = http is None
@@ -74,6 +83,9 @@ class GatewayClient:
         self.impaired_in: ImpairedSendto | None = None
         self.impaired_out: list[ImpairedSendto] = []
         self._aiortc_decoder = aiortc_decoder
+        self.offer_red = red
+        self.red_payload_type: int | None = None  # negotiated RED (over opus_payload_type)
+        self.opus_payload_type: int | None = None
         self._listeners: list[RtpListener] = [self.capture.on_packet]
         if self.receive is not None:
             self._listeners.append(self.receive.on_rtp)
@@ -106,6 +118,21 @@ class GatewayClient:
     def _on_rtp(self, packet: Any, arrival_time_ms: int) -> None:
         for listener in self._listeners:
             listener(packet, arrival_time_ms)
+        if self.red_payload_type is not None and packet.payload_type == self.red_payload_type:
+            # aiortc knows no RED: let it count (and, if asked, decode) the Opus packet inside
+            with contextlib.suppress(rfc2198.MalformedRed):
+                packet.payload = rfc2198.primary(packet.payload)
+            packet.payload_type = self.opus_payload_type
+
+    def _use_red(self, answer: str) -> None:
+        negotiated = answered_red(answer) if self.offer_red else None
+        if negotiated is None:
+            return
+        self.red_payload_type, self.opus_payload_type = negotiated
+        aiortc_compat.accept_payload_type(self.transceiver.receiver, self.red_payload_type)
+        self.capture.red_payload_type = self.red_payload_type
+        if self.receive is not None:
+            self.receive.red_payload_type = self.red_payload_type
 
     async def _send_rtcp(self, data: bytes) -> bool:
         if self.transceiver is None:
@@ -160,15 +187,17 @@ class GatewayClient:
                 self._failed.set()
 
         await self.pc.setLocalDescription(await self.pc.createOffer())
+        offer = self.pc.localDescription.sdp
         async with self.http.post(
             f"{self.base_url}/v1/sessions",
-            data=self.pc.localDescription.sdp,
+            data=offer_red(offer) if self.offer_red else offer,
             headers={"Content-Type": "application/sdp"},
         ) as response:
             answer = await self._check(response)
             self.session_url = self.base_url + response.headers["Location"]
         self.answer_sdp = answer
         await self.pc.setRemoteDescription(RTCSessionDescription(sdp=answer, type="answer"))
+        self._use_red(answer)
         waiters = {
             asyncio.ensure_future(self._connected.wait()),
             asyncio.ensure_future(self._failed.wait()),

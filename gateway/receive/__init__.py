@@ -7,8 +7,13 @@ switches, with the recording and the period log off unless asked for. Its parts:
 
 * jitter_buffer.py: adaptive, one slot per sequence number, each at its real duration (10-60 ms
   packets), pauses (DTX, mute: a timestamp jump with no sequence gap) told apart from loss;
-* loss_tracker.py: loss is a sequence gap, never a pause; the NACK generator is gateway.rtp's,
-  nack_sender.py sends what it asks for (the component's one task);
+* loss_tracker.py: loss is a sequence gap, never a pause; the NACK generator is gateway.rtp's
+  (retries 1.5 RTT apart, capped per second), nack_sender.py sends what it asks for when it is
+  due (the component's one task);
+* red_recovery.py: RFC 2198 RED (``on_packet(..., red=True)``, or ``red_payload_type`` for
+  ``on_rtp``): the primary plays as a plain packet, the redundant copies (numbered by timestamp
+  and duration) fill missing frames before NACK, FEC or PLC are tried; repair_floor.py: a stall
+  that repairs ended is kept as jitter-buffer depth for a while;
 * frame_decoder.py, opus_packet.py, sample_queue.py: Opus decoding with FEC/PLC at each slot's
   duration, cut into 20 ms periods;
 * playout.py: the playout clock, a tick callback per period on the shared ticker

@@ -24,11 +24,13 @@ targets in frames of ``frame_ticks`` (20 ms): a slot counts for its own duration
 oldest buffered packet has waited that long). On an underrun it holds the playout point and
 buffers again; when packets resume, missing slots at the head whose time already passed as
 underruns are skipped (counted lost) so a burst loss does not add latency, while a pure delay
-spike does (nothing is dropped). A resumption whose first packet jumped in timestamp with no
-sequence gap counts as a pause (``pauses``), not a stall. The latency is trimmed back by
-discarding the head slot whenever dropping it still leaves ``target_frames`` buffered for
-``catchup_pops`` frames of playout in a row (the minimum depth over that time shows the excess
-is not just arrival phase).
+spike does (nothing is dropped), and so does a repair (a NACK answer, a RED copy) that comes
+before the resumption (measured: a repaired frame played late beats a skipped one on PESQ, the
+receive path then keeps the latency as depth for the next burst). A resumption whose first
+packet jumped in timestamp with no sequence gap counts as a pause (``pauses``), not a stall.
+The latency is trimmed back by discarding the head slot whenever dropping it still leaves
+``target_frames`` buffered for ``catchup_pops`` frames of playout in a row (the minimum depth
+over that time shows the excess is not just arrival phase).
 
 The target follows the recent delay variation (:class:`JitterTarget`: ``min_frames`` ..
 ``max_frames``, never less than one packet more than the one being played, so 3 frames for
@@ -67,6 +69,16 @@ class InsertResult(enum.Enum):
     ACCEPTED = "accepted"
     LATE = "late"
     DUPLICATE = "duplicate"
+
+
+class SlotState(enum.Enum):
+    """What :meth:`JitterBuffer.slot_state` says of a sequence number (for RED's copies)."""
+
+    MISSING = "missing"  # between the playout point and the newest, not buffered: fill it
+    HELD = "held"  # buffered, or already played
+    LATE = "late"  # its playout time passed while it was missing (played as lost, or skipped)
+    PASSED = "passed"  # behind the playout point, not known (before the start, or forgotten)
+    AHEAD = "ahead"  # newer than the newest packet, or no stream yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +146,9 @@ class JitterBuffer:
         self._frame_s = frame_ticks / clock_rate
         self._catchup_ticks = catchup_pops * frame_ticks
         self._resync_frames = max(resync_frames, capacity)
+        self._min_frames = min_frames
         self._new_target = functools.partial(
             JitterTarget,
-            min_frames=min_frames,
             max_frames=max_frames,
             frame_ticks=frame_ticks,
             clock_rate=clock_rate,
@@ -150,7 +162,7 @@ class JitterBuffer:
     def reset(self) -> None:
         """Forget the stream and restart the statistics."""
         self._stats = JitterStats()
-        self._delay = self._new_target()
+        self._delay = self._new_target(min_frames=self._min_frames)
         self._packet_ticks = self._frame_ticks  # the stream's packet duration (the newest's)
         self._resync()
 
@@ -169,8 +181,9 @@ class JitterBuffer:
         self._underrun_since: float | None = None  # unplayed pops since then, not yet skipped
         self._excess_ticks = 0
         self._far_streak = 0
-        self._played: deque[int] = deque(maxlen=self._capacity)
+        self._played: deque[int] = deque(maxlen=self._capacity)  # played or lost, in order
         self._played_set: set[int] = set()
+        self._lost_set: set[int] = set()
         self._delay.restart()
 
     # -- input ----------------------------------------------------------------------------
@@ -267,6 +280,7 @@ class JitterBuffer:
         packet = self._packets.pop(self._next, None)
         if packet is None:
             self._stats.lost += 1
+            self._remember(self._next, lost=True)
         else:
             self._stats.dropped += 1
             self._buffered_ticks -= packet.duration
@@ -281,6 +295,7 @@ class JitterBuffer:
         packet = self._packets.pop(useq, None)
         if packet is None:
             self._stats.lost += 1
+            self._remember(useq, lost=True)
             ticks = self._missing_ticks(useq)
             self._advance_end(None, ticks)
             fec = self._packets.get(self._next)
@@ -296,7 +311,7 @@ class JitterBuffer:
             self._stats.pauses += 1
         self._advance_end(packet, packet.duration)
         self._stats.played += 1
-        self._remember_played(useq)
+        self._remember(useq)
         return PopResult(
             PopKind.FRAME,
             packet.seq,
@@ -341,6 +356,7 @@ class JitterBuffer:
                 break
             budget -= ticks
             self._advance_end(None, ticks)
+            self._remember(self._next, lost=True)
             self._next += 1
             self._stats.lost += 1
 
@@ -375,11 +391,14 @@ class JitterBuffer:
         packet = self._packets.get(useq)
         return self._missing_ticks(useq) if packet is None else packet.duration
 
-    def _remember_played(self, useq: int) -> None:
+    def _remember(self, useq: int, *, lost: bool = False) -> None:
+        """A slot whose playout time came: played (duplicates of it are refused) or lost."""
         if len(self._played) == self._played.maxlen:
-            self._played_set.discard(self._played[0])
+            oldest = self._played[0]
+            self._played_set.discard(oldest)
+            self._lost_set.discard(oldest)
         self._played.append(useq)
-        self._played_set.add(useq)
+        (self._lost_set if lost else self._played_set).add(useq)
 
     def _depth_ticks(self) -> int:
         """Media from the playout point to the end of the newest packet (gaps at the stream's
@@ -390,6 +409,31 @@ class JitterBuffer:
         return self._buffered_ticks + missing * self._packet_ticks
 
     # -- state ----------------------------------------------------------------------------
+
+    def slot_state(self, seq: int) -> SlotState:
+        """Whether the slot ``seq`` could still take a packet (a redundant copy, say)."""
+        if self._newest is None or self._next is None:
+            return SlotState.AHEAD
+        useq = self._seqs.peek(seq & SEQ_MASK)
+        if useq in self._packets or useq in self._played_set:
+            return SlotState.HELD
+        if useq > self._newest:
+            return SlotState.AHEAD
+        if useq < self._next:
+            return SlotState.LATE if useq in self._lost_set else SlotState.PASSED
+        return SlotState.MISSING
+
+    def set_min_frames(self, frames: int) -> None:
+        """Raise (or lower) the target's floor, e.g. to let RED's oldest copy come in time; the
+        target follows at once when raised."""
+        if not 1 <= frames <= self._delay.max_frames:
+            raise ValueError("need 1 <= min_frames <= max_frames")
+        self._min_frames = frames
+        self._delay.set_min(frames)
+
+    @property
+    def min_frames(self) -> int:
+        return self._min_frames
 
     @property
     def playout_seq(self) -> int | None:

@@ -43,6 +43,15 @@ class JitterTarget:
         self.target = min_frames
         self.restart()
 
+    @property
+    def max_frames(self) -> int:
+        return self._max
+
+    def set_min(self, frames: int) -> None:
+        """A new floor; a target below it rises at once."""
+        self._min = frames
+        self.target = max(self.target, frames)
+
     def restart(self) -> None:
         """A new timeline (sender restart): measure afresh, keep the target."""
         self._rebaseline()

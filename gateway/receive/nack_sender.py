@@ -1,10 +1,12 @@
 """Sends what the NACK generator asks for as RTCP generic NACKs: the receive path's one task.
 
-``wake()`` (on a gap, and on playout periods while packets are missing, for retries) lets the
-task poll the generator and send one NACK (``gateway.rtp.rtcp_nack``, wrap-safe) through
-``send_rtcp``, from ``sender_ssrc()`` (or a random SSRC of ours until the transport has one) to
-the media SSRC last seen. A failing transport is counted, never fatal. ``close()`` cancels the
-task and waits for it.
+``wake()`` (on a gap, and on playout periods while packets are missing) lets the task poll the
+generator; between wakes it also sleeps only until the generator's next request is due
+(``next_due``: a retry 1.5 RTT after the last request, or the per-second cap's next token), so
+retries follow the round-trip time rather than the 20 ms playout clock. Each poll that asks for
+something sends one NACK (``gateway.rtp.rtcp_nack``, wrap-safe) through ``send_rtcp``, from
+``sender_ssrc()`` (or a random SSRC of ours until the transport has one) to the media SSRC last
+seen. A failing transport is counted, never fatal. ``close()`` cancels the task and waits for it.
 """
 
 from __future__ import annotations
@@ -53,11 +55,31 @@ class NackSender:
     def wake(self) -> None:
         self._wake.set()
 
-    async def _run(self) -> None:
-        while True:
+    async def _wait(self, use_due: bool) -> bool:
+        """Until woken, or (``use_due``) until the generator's next request is due; True when
+        the due time ended the wait."""
+        due = self._generator.next_due(time.monotonic()) if use_due else None
+        if due is None:
             await self._wake.wait()
+            return False
+        delay = due - time.monotonic()
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return True
+        try:
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+        except TimeoutError:
+            return True
+        return False
+
+    async def _run(self) -> None:
+        use_due = True
+        while True:
+            by_due = await self._wait(use_due)
             self._wake.clear()
             seqs = self._generator.poll(time.monotonic(), self._playout_seq())
+            use_due = bool(seqs) or not by_due  # a due time that gave nothing: wait for a wake
             if not seqs or self.media_ssrc is None:
                 continue
             sender = (self._sender_ssrc() if self._sender_ssrc else None) or self._fallback_ssrc

@@ -23,9 +23,12 @@ class ReceivePathConfig:
 
     nack: bool = True
     fec: bool = True
+    red: bool = True  # use RFC 2198 redundant copies (when the sender sends RED)
     min_frames: int = 2  # jitter buffer target range (frames of 20 ms)
     max_frames: int = 5
     nack_reserve_frames: int = 1  # added to min_frames when NACK is on (one round trip)
+    red_reserve_frames: int = 1  # at most this much added so RED's oldest copy is in time
+    repair_hold_s: float = 10.0  # a stall a late NACK repair ended deepens the buffer this long
     pcm_buffer_frames: int = 4  # decoded PCM waiting for the playout clock, at most
     decode_ahead_frames: int = 1  # decoded before they are due (1: decode just in time)
     tick_guard_s: float = 0.005
@@ -34,7 +37,10 @@ class ReceivePathConfig:
     force_trim_after_periods: int = 250  # ... and cut any frame if no silence comes (5 s)
     nack_window_frames: int = 10
     nack_max_retries: int = 3
-    nack_min_interval_s: float = 0.02
+    nack_min_interval_s: float = 0.02  # retries 1.5 RTT apart, never closer than this
+    nack_rtt_factor: float = 1.5
+    nack_max_per_s: float = 50.0  # NACK packets per second, at most
+    nack_max_seqs_per_s: float = 200.0  # sequence numbers asked for per second, at most
     record_s: float = 0.0  # seconds of played PCM kept for played_pcm() (0: none)
     log_periods: int = 0  # PlayedPeriod records kept in .played (0: none)
     pcm_ring_frames: int = 4  # unread frames ReceivePath.pcm holds before dropping the oldest
@@ -48,11 +54,20 @@ class ReceivePathConfig:
             raise ValueError("tick_guard_s must be within [0, 20 ms)")
         if self.record_s < 0 or self.log_periods < 0 or self.pcm_ring_frames < 0:
             raise ValueError("record_s, log_periods and pcm_ring_frames must be >= 0")
+        if self.nack_reserve_frames < 0 or self.red_reserve_frames < 0:
+            raise ValueError("the reserves must be >= 0")
 
     @property
     def jitter_min_frames(self) -> int:
         extra = self.nack_reserve_frames if self.nack else 0
         return min(self.max_frames, self.min_frames + extra)
+
+    def red_min_frames(self, needed: int) -> int:
+        """The jitter buffer's floor once RED copies need ``needed`` frames to be in time:
+        within the RED reserve, never below the floor without RED (the NACK reserve covers
+        both)."""
+        with_red = min(needed, self.min_frames + self.red_reserve_frames)
+        return min(self.max_frames, max(self.jitter_min_frames, with_red))
 
     @property
     def record_periods(self) -> int:

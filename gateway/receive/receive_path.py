@@ -26,6 +26,14 @@ cut (the jitter buffer itself would drop any, speech too; it still does after
 silence is inserted in a pause. With NACK on, the jitter buffer keeps ``nack_reserve_frames``
 more than its jitter-driven minimum, so a lost packet can still be asked for and played.
 
+RFC 2198 RED (``on_packet(..., red=True)``; ``on_rtp`` for packets of ``red_payload_type``):
+the primary goes where a plain packet would, then the redundant copies fill the frames this
+very packet showed missing, before a NACK is sent for them or FEC/PLC is tried
+(:class:`RedRecovery`); without NACK the buffer keeps up to ``red_reserve_frames`` more so the
+oldest copy comes in time. A stall that repairs ended (a loss burst longer than the buffer) is
+kept as depth for ``repair_hold_s`` (:class:`RepairFloor`), so the next such burst is repaired
+in time instead of stalling again.
+
 Everything is bounded (buffers, ring, the opt-in log and recording); ``close`` stops the clock,
 the NACK task, the PCM source and every waiter. Settings: :class:`ReceivePathConfig`;
 counters: :class:`ReceiveStats`.
@@ -50,6 +58,14 @@ from gateway.receive.period_waiters import PeriodWaiters
 from gateway.receive.playout import PlayoutClock, TickScheduler
 from gateway.receive.receive_config import PERIOD_S, PlayedPeriod, ReceivePathConfig
 from gateway.receive.receive_stats import DelayTracker, ReceiveStats, TransitTracker
+from gateway.receive.red_recovery import (
+    MalformedRed,
+    RedCopy,
+    RedRecovery,
+    needed_min_frames,
+    split_red,
+)
+from gateway.receive.repair_floor import RepairFloor
 from gateway.receive.sample_queue import Decoded, Period, SampleQueue
 from gateway.rtp.nack_generator import NackGenerator
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
@@ -85,7 +101,14 @@ class ReceivePath:
             window_frames=cfg.nack_window_frames,
             max_retries=cfg.nack_max_retries,
             min_interval_s=cfg.nack_min_interval_s,
+            rtt_factor=cfg.nack_rtt_factor,
+            max_nacks_per_s=cfg.nack_max_per_s,
+            max_seqs_per_s=cfg.nack_max_seqs_per_s,
         )
+        self.red = RedRecovery(self.jitter, self.nack)
+        self._red_floor = cfg.jitter_min_frames
+        self._repair_floor = RepairFloor(cfg.jitter_min_frames, cfg.max_frames, cfg.repair_hold_s)
+        self._red_pt: int | None = None
         self.decoder = FrameDecoder(fec=cfg.fec)
         self.losses = LossTracker()
         self.pcm = PcmSource(cfg.pcm_ring_frames)
@@ -116,6 +139,7 @@ class ReceivePath:
         self._periods = 0
         self._started_playing = False
         self._dry_periods = 0  # underrun periods since audio stopped: a stall or a pause?
+        self._repairs_before_dry = 0  # repairs (in time or late) when they started
         self._first_arrival: float | None = None
         self._media_time: float | None = None  # of the newest first transmission
         self._waiters = PeriodWaiters()
@@ -124,21 +148,52 @@ class ReceivePath:
 
     # -- input ----------------------------------------------------------------------------
 
+    @property
+    def red_payload_type(self) -> int | None:
+        """The RTP payload type ``on_rtp`` takes as RFC 2198 RED (None: no RED)."""
+        return self._red_pt
+
+    @red_payload_type.setter
+    def red_payload_type(self, payload_type: int | None) -> None:
+        """RED was negotiated: the buffer keeps the RED reserve from the start (deepening it
+        when the first copies come would cost a stretch in the middle of the stream)."""
+        self._red_pt = payload_type
+        cfg = self.config
+        if payload_type is not None and cfg.red:
+            reserved = cfg.red_min_frames(cfg.min_frames + cfg.red_reserve_frames)
+            self._red_floor = max(self._red_floor, reserved)
+            self._apply_floor(self._now())
+
     def on_rtp(self, packet: object, arrival_time_ms: int = 0) -> None:
-        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire."""
+        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire; RFC 2198 RED
+        when its payload type is ``red_payload_type``."""
+        pt = int(packet.payload_type)  # type: ignore[attr-defined]
         self.on_packet(
             int(packet.sequence_number),  # type: ignore[attr-defined]
             int(packet.timestamp),  # type: ignore[attr-defined]
             bytes(packet.payload),  # type: ignore[attr-defined]
             int(packet.ssrc),  # type: ignore[attr-defined]
             self._now(),
+            red=self.red_payload_type is not None and pt == self.red_payload_type,
         )
 
-    def on_packet(self, seq: int, timestamp: int, payload: bytes, ssrc: int, now: float) -> None:
+    def on_packet(
+        self, seq: int, timestamp: int, payload: bytes, ssrc: int, now: float, *,
+        red: bool = False,
+    ) -> None:
+        """One RTP packet; ``red``: its payload is RFC 2198 RED (primary + redundant copies)."""
         if self._closed:
             return
         st = self._stats
         st.received += 1
+        copies: list[RedCopy] = []
+        if red:
+            try:
+                payload, copies = split_red(payload, seq, timestamp)
+            except MalformedRed:
+                self.red.counts.malformed += 1
+                return
+            self.red.counts.packets += 1
         if self._nacks is not None:
             self._nacks.media_ssrc = ssrc
         if self._first_arrival is None:
@@ -162,13 +217,28 @@ class ReceivePath:
         if not repaired and result is not InsertResult.DUPLICATE:
             self._media_time = media_time
             self._transit.add(now - media_time)
+        if copies and self.config.red:
+            self._fill_from_red(copies, now)
         if self._nacks is not None and self.nack.missing:
             self._nacks.wake()
+
+    def _fill_from_red(self, copies: list[RedCopy], now: float) -> None:
+        """Missing frames from the redundant copies, before anything asks for them (the gap
+        was seen on this very packet); the buffer deepens so the oldest copy is in time."""
+        self.red.fill(copies, now)
+        self._red_floor = self.config.red_min_frames(needed_min_frames(self.red.oldest_offset))
+        self._apply_floor(now)
+
+    def _apply_floor(self, now: float) -> None:
+        floor = max(self._red_floor, self._repair_floor.frames(now))
+        if floor != self.jitter.min_frames:
+            self.jitter.set_min_frames(floor)
 
     # -- output ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> np.ndarray:
         """One playout period: decode what it needs, play (and hand out) exactly 20 ms."""
+        self._apply_floor(now)
         self._measure_level()
         need = self.config.decode_ahead_frames * FRAME_SAMPLES
         while self._queue.samples < need:
@@ -238,12 +308,18 @@ class ReceivePath:
             if self._started_playing and any(
                 p.kind is FrameKind.UNDERRUN for p in period.pieces
             ):
+                if not self._dry_periods:
+                    self._repairs_before_dry = self._repairs()
                 self._dry_periods += 1
             return
         st.played += 1
         for item in period.started:
             if item.is_slot:
                 self._account_slot(item, now)
+
+    def _repairs(self) -> int:
+        """Repairs that came (NACK answers and RED copies)."""
+        return self._stats.recovered_nack + self.red.counts.recovered
 
     def _account_slot(self, item: Decoded, now: float) -> None:
         st = self._stats
@@ -253,6 +329,10 @@ class ReceivePath:
                 st.paused_periods += self._dry_periods
             else:
                 st.underrun_periods += self._dry_periods
+                if self._repairs() > self._repairs_before_dry:
+                    # a loss burst longer than the buffer, repaired after it ran dry: keep the
+                    # stall as depth, so the next burst this long is repaired in time
+                    self._repair_floor.stalled_for_repair(self._dry_periods, now)
             self._dry_periods = 0
         if item.kind is FrameKind.FEC:
             st.recovered_fec += 1
@@ -370,8 +450,14 @@ class ReceivePath:
             target_frames=jb.target_frames,
             depth_frames=jb.depth,
             pcm_frames=self._queue.samples // FRAME_SAMPLES,
+            recovered_red=self.red.counts.recovered,
+            red_packets=self.red.counts.packets,
+            red_late=self.red.counts.late,
+            red_malformed=self.red.counts.malformed,
             nacks_sent=nack.nacks_sent if on else 0,
             seqs_nacked=nack.seqs_requested if on else 0,
+            nacks_cancelled=nack.cancelled if on else 0,
+            nacks_capped=nack.capped if on else 0,
             nack_send_failures=self._nacks.send_failures if self._nacks is not None else 0,
             rtt_ms=nack.rtt_ms,
             skipped_periods=clock.skipped_periods,

@@ -17,6 +17,7 @@ class ReceiveStats:
     reordered: int = 0  # ... of those, filled by the original packet arriving late
     recovered_nack: int = 0  # ... filled by a retransmission in time to be played
     nack_concealment: int = 0  # NACK answered with the sender's concealment packet
+    recovered_red: int = 0  # ... filled by a redundant copy (RFC 2198 RED) in time to be played
     recovered_fec: int = 0  # lost at playout time, rebuilt from the next packet's FEC
     concealed: int = 0  # lost at playout time and concealed (PLC, or a concealment packet)
     concealment_packets: int = 0  # ... of those, concealment packets played
@@ -40,8 +41,13 @@ class ReceiveStats:
     target_frames: int = 0  # jitter buffer target
     depth_frames: int = 0  # jitter buffer depth now
     pcm_frames: int = 0  # decoded frames waiting for the playout clock
+    red_packets: int = 0  # RED packets received (their primary plays as a plain packet)
+    red_late: int = 0  # redundant copies that came after their frame was played as lost
+    red_malformed: int = 0  # RED payloads that did not parse (dropped)
     nacks_sent: int = 0  # NACKs from the generator (gaps seen on arrival, with retries)
     seqs_nacked: int = 0
+    nacks_cancelled: int = 0  # missing packets rebuilt from RED, no longer asked for
+    nacks_capped: int = 0  # due requests held back by the per-second caps
     nack_send_failures: int = 0
     rtt_ms: float = 0.0
     playout_delay_ms: float | None = None  # added playout delay: mean over recent frames

@@ -34,8 +34,29 @@ LATER = 1
 DEFAULT_NICE = 10
 
 
+#: Set by the scale-out supervisor (gateway.cluster) in each of its N worker processes: every
+#: process's pools then take its share of the cores, not all of them.
+PROCESSES_ENV = "VOICE_GATEWAY_WORKER_PROCESSES"
+
+
+def processes() -> int:
+    """How many gateway processes share this machine's cores (1 unless supervised)."""
+    try:
+        return max(1, int(os.environ.get(PROCESSES_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+def cpu_share() -> int:
+    """This process's cores: cpu_count // processes, at least 1."""
+    return max(1, (os.cpu_count() or 1) // processes())
+
+
 def default_workers() -> int:
-    """One core is left to the event loop; at least two workers, at most eight."""
+    """One core is left to the event loop; at least two workers, at most eight (a process of
+    several on the machine: its share of the cores less its loop's, at least one)."""
+    if processes() > 1:
+        return max(1, min(8, cpu_share() - 1))
     return max(2, min(8, (os.cpu_count() or 2) - 1))
 
 
@@ -147,5 +168,5 @@ def encoder_pool() -> WorkerPool:
     global _ENCODER_POOL
     with _ENCODER_LOCK:
         if _ENCODER_POOL is None:
-            _ENCODER_POOL = WorkerPool(max(1, os.cpu_count() or 1), nice=ENCODER_NICE, name="opus")
+            _ENCODER_POOL = WorkerPool(cpu_share(), nice=ENCODER_NICE, name="opus")
         return _ENCODER_POOL

@@ -9,6 +9,10 @@ normalised (Unicode NFC, runs of whitespace collapsed, ends stripped) before key
 
 With a directory, entries are persisted (``phrase_store``): written atomically by one
 background thread, deleted when evicted, loaded (newest first, up to the bound) at start-up.
+Processes sharing the directory (``--workers``) each evict in their own memory; a file is
+deleted only by a process that no other has used it since (``PhraseStore.delete``: the file's
+modification time tells), so one worker's eviction never takes a file another still hits, and a
+hit on an entry whose file went is written again.
 Files that are corrupt or from other settings are ignored and counted, never served.
 """
 
@@ -83,7 +87,7 @@ class PhraseCache:
             return None
         self.hits += 1
         self._entries.move_to_end(key)
-        self._background("touch", key)
+        self._background("touch", key, entry[0])
         return entry[0]
 
     def __contains__(self, key: PhraseKey) -> bool:
@@ -141,7 +145,7 @@ class PhraseCache:
         elif op == "delete":
             self._io.submit(store.delete, key)
         else:
-            self._io.submit(store.touch, key)
+            self._io.submit(store.touch, key, phrase)
 
     def _load(self) -> None:
         assert self.store is not None

@@ -10,21 +10,37 @@ File ``<sha256(key)[:40]>.vgp``::
     crc32      u32 LE over everything above
 
 A file is written to a temporary name in the same directory, flushed and fsync'ed, then
-renamed over the final name (``os.replace``), so a reader never sees half a file. Anything that
-does not parse, fails its checksum or does not hash to its own name is corrupt: ignored and
-counted. A file whose key was made under other encoder settings (or another format version) is
-stale: ignored and counted. Methods other than ``load`` run on the cache's I/O thread.
+renamed over the final name (``os.replace``), so a reader never sees half a file.
+
+Several processes may share the directory (``--workers``, or machines on a shared disk):
+- a temporary name carries its writer (``.tmp-<host>-<pid>-…``); start-up removes only those
+  no live writer will finish: this host's from dead pids, any older than ``ORPHAN_S``, and
+  names of another form;
+- each process remembers the modification time it last gave a file (written, or touched on a
+  hit: ``os.utime`` with the nanosecond clock) or saw when it loaded it, and deletes a file
+  only while that is still its time: once another process rewrote or used it, it is left to
+  that process's own eviction (``kept_for_others`` counts these). So a file goes only when no
+  process has used it since the deleting one last did (an LRU across the processes); one
+  that a process still holds in memory and hits again is then written again (``rewrites``).
+
+Anything that does not parse, fails its checksum or does not hash to its own name is corrupt:
+ignored and counted. A file whose key was made under other encoder settings (or another format
+version) is stale: ignored and counted. Methods other than ``load`` run on the cache's I/O
+thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import socket
 import struct
 import sys
 import tempfile
+import time
 import zlib
 from array import array
 from pathlib import Path
@@ -37,6 +53,35 @@ log = logging.getLogger(__name__)
 MAGIC = b"VGPHRS\r\n"
 SUFFIX = ".vgp"
 TMP_PREFIX = ".tmp-"
+ORPHAN_S = 3600.0  # a temporary file this old is abandoned, whoever was writing it
+HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def temp_prefix() -> str:
+    """This process's temporary file names: ``.tmp-<host>-<pid>-``."""
+    return f"{TMP_PREFIX}{HOST}-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def abandoned(name: str, age_s: float) -> bool:
+    """Whether no live writer will finish the temporary file ``name``."""
+    parts = name[len(TMP_PREFIX):].split("-", 2)
+    if len(parts) < 3 or not parts[1].isdigit():
+        return True  # not a name this version writes
+    if age_s > ORPHAN_S:
+        return True
+    if parts[0] != HOST:
+        return False  # another machine's, recent: it may be writing it now
+    return not _pid_alive(int(parts[1]))
 
 
 def encode_entry(key: PhraseKey, phrase: CachedPhrase) -> bytes:
@@ -96,18 +141,23 @@ class PhraseStore:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.loaded = self.corrupt_files = self.stale_files = 0
-        self.writes = self.write_errors = self.deletes = 0
+        self.writes = self.write_errors = self.deletes = self.kept_for_others = 0
+        self.rewrites = 0
+        self._mtimes: dict[str, int] = {}  # digest -> st_mtime_ns this process gave or saw
 
     def path(self, key: PhraseKey) -> Path:
         return self.directory / f"{key.digest}{SUFFIX}"
 
     def load(self, tag: str) -> list[tuple[PhraseKey, CachedPhrase]]:
-        """Every valid entry made under ``tag``, newest first. Removes leftover temp files."""
+        """Every valid entry made under ``tag``, newest first. Removes temp files no live
+        writer will finish (other processes may be writing theirs now)."""
         found: list[tuple[float, PhraseKey, CachedPhrase]] = []
+        now = time.time()
         for path in self.directory.iterdir():
             if path.name.startswith(TMP_PREFIX):
                 with contextlib.suppress(OSError):
-                    path.unlink()  # a write that never finished
+                    if abandoned(path.name, now - path.stat().st_mtime):
+                        path.unlink()  # a write that never finished
                 continue
             if path.suffix != SUFFIX or not path.is_file():
                 continue
@@ -126,6 +176,7 @@ class PhraseStore:
                 self.corrupt_files += 1
                 continue
             found.append((stat.st_mtime, key, phrase))
+            self._mtimes[key.digest] = stat.st_mtime_ns
         found.sort(key=lambda item: item[0], reverse=True)
         self.loaded = len(found)
         return [(key, phrase) for _, key, phrase in found]
@@ -133,13 +184,16 @@ class PhraseStore:
     def write(self, key: PhraseKey, phrase: CachedPhrase) -> None:
         target = self.path(key)
         try:
-            fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=self.directory)
+            fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), dir=self.directory)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(encode_entry(key, phrase))
                     f.flush()
                     os.fsync(f.fileno())
+                stamp = time.time_ns()
+                os.utime(tmp, ns=(stamp, stamp))
                 os.replace(tmp, target)
+                self._mtimes[key.digest] = stamp
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
@@ -151,14 +205,33 @@ class PhraseStore:
         self.writes += 1
 
     def delete(self, key: PhraseKey) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.path(key).unlink()
-            self.deletes += 1
+        """Remove the file, unless another process wrote or used it since this one did."""
+        path = self.path(key)
+        mine = self._mtimes.pop(key.digest, None)
+        try:
+            if path.stat().st_mtime_ns != mine:
+                self.kept_for_others += 1
+                return
+            path.unlink()
+        except FileNotFoundError:
+            return
+        self.deletes += 1
 
-    def touch(self, key: PhraseKey) -> None:
-        """Mark as recently used, so the next start-up loads it first."""
-        with contextlib.suppress(OSError):
-            os.utime(self.path(key))
+    def touch(self, key: PhraseKey, phrase: CachedPhrase | None = None) -> None:
+        """Mark as recently used, so the next start-up loads it first (and other processes
+        sharing the directory leave it alone). Gone (another process evicted it while nobody
+        used it), it is written again from ``phrase``."""
+        stamp = time.time_ns()
+        try:
+            os.utime(self.path(key), ns=(stamp, stamp))
+        except FileNotFoundError:
+            if phrase is not None:
+                self.rewrites += 1
+                self.write(key, phrase)
+            return
+        except OSError:
+            return
+        self._mtimes[key.digest] = stamp
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -167,6 +240,8 @@ class PhraseStore:
             "writes": self.writes,
             "write_errors": self.write_errors,
             "deletes": self.deletes,
+            "kept_for_others": self.kept_for_others,
+            "rewrites": self.rewrites,
             "corrupt_files": self.corrupt_files,
             "stale_files": self.stale_files,
         }

@@ -19,7 +19,7 @@ def test_no_gap_no_nack():
 
 
 def test_gap_is_nacked_then_retried_after_rtt_up_to_max():
-    gen = NackGenerator(rtt_s=0.05, max_retries=3, auto_rtt=False)
+    gen = NackGenerator(rtt_s=0.05, rtt_factor=1.0, max_retries=3, auto_rtt=False)
     feed(gen, [10, 11, 14])
     assert gen.missing == [12, 13]
     assert gen.poll(0.0) == [12, 13]
@@ -64,8 +64,8 @@ def test_auto_rtt_karn():
     gen = NackGenerator(rtt_s=0.1)
     feed(gen, [1, 3, 5])
     gen.poll(0.0)
-    gen.on_packet(2, 0.02)  # asked once: a clean RTT sample of 20 ms
-    assert gen.rtt_s == pytest.approx(0.1 + (0.02 - 0.1) / 8)
+    gen.on_packet(2, 0.02)  # asked once: a clean RTT sample of 20 ms (replaces the guess)
+    assert gen.rtt_s == pytest.approx(0.02)
     gen.poll(0.2)  # 4 asked a second time
     rtt = gen.rtt_s
     gen.on_packet(4, 0.21)  # ambiguous sample: ignored

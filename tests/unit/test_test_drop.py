@@ -11,7 +11,7 @@ def runs(burst: float, percent: float = 10.0, n: int = 20_000) -> tuple[float, f
     sink.lose_first_transmissions(percent, seed=3, burst=burst)
     lost = [sink.drop_first_tx(b"\x80\x6f" + bytes(10)) for _ in range(n)]
     bursts, length = [], 0
-    for x in lost + [False]:
+    for x in [*lost, False]:
         if x:
             length += 1
         elif length:

@@ -1,0 +1,225 @@
+"""Talking sessions do not disturb the pacing of listening sessions (ASR off the loop; measured
+lateness). 10 talking and 200 listening sessions on a machine of 4 cores or more; on 2 cores,
+4 and 100 (why below). ``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override.
+
+The gateway runs in this process (the ``start_gateway`` fixture: duplex on, real Whisper
+tiny.en, Silero VAD, the echo agent, tone voices); its event loop paces every stream. The peers
+run in a load generator process of their own (``bench.duplex_loadgen``, its own session,
+pinned to core 1): the listeners (recvonly aiortc peers, each hearing a 5 s phrase-cache phrase
+back to back; arrival times are the kernel's receive timestamps of the clear RTP headers) and
+the talkers (sendrecv aiortc peers whose microphones speak espeak-ng questions in real time and
+hear the replies). Windows alternate, twice, so that both kinds share whatever else the
+machine was doing:
+
+- quiet (6 s): the talkers connected, their microphones sending silence (the gateway already
+  decodes, resamples and runs the VAD on every uplink frame);
+- talk (8 s): each talker asking a question, hearing the reply out, asking the next; Whisper is
+  busy the whole window (a final per question, partials whenever its worker is free).
+
+Measured per window: the listeners' packet lateness (arrival - RTP timestamp / 48 kHz, minus
+that stream's earliest offset in the window), the gateway's pacer counters (slots released
+> 5 ms late), loop stalls >= 10 ms (the gateway's StallWatch, as ``--stall-warn-ms 10``), the
+CPU of the event loop's thread and of the process's other threads. Asserted:
+
+1. the talkers loaded the recogniser: a final transcript and an audible reply per talker at
+   least, Whisper decodes in the talking windows (none to speak of in the quiet ones);
+2. ASR is off the loop: the loop thread's CPU while they talk is within 10 points (% of a core)
+   of the quiet windows' (the replies' packets and events are all it adds), while the other
+   threads (Whisper) take >= 15 % of a core;
+3. the pacing held while they talked: >= 99 % of the listeners' packets within 5 ms (the
+   README's bar for speaking streams: 98-100 % at 500, 99.9-100 % at 250), p99 lateness within
+   5 ms of the quiet windows' (a decode holding the GIL or a core for a quarter frame would
+   show), no loop stall of 20 ms (a whole frame late for every stream). Judged only when the
+   quiet windows themselves kept >= 99 % on time: below that the machine (shared, other
+   tenants' processes) did not give the gateway its core even without anyone talking, and the
+   comparison measures them, not us (then the test is skipped, with the numbers).
+
+Why 100/4 on 2 cores (measured here, 2 vCPUs, load average 2-7 from other work): the loop
+thread alone needs ~30-38 % of a core for 100 listeners and ~27 % for 4 silent talkers (~7 %
+each: SRTP, jitter buffer, Opus decode, resampling and Silero on every 20 ms uplink frame);
+200 listeners + 10 talkers took 60-77 % in the quiet window, the load generator 50-60 % of the
+other core, and Whisper wants both cores while anyone speaks: more than the machine, so even
+the quiet windows missed their schedule (42 % on time) before a word was said. 4 talkers
+still keep Whisper's worker busy all the talking window (partials fill it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.runtime.stall_watch import StallStats, StallWatch
+from gateway.testing.spoken_audio import have_espeak
+from gateway.tts.registry import VoiceRegistry
+from gateway.tts.tone import ToneSynthesizer
+
+pytest.importorskip("faster_whisper", reason="the [listen] extra")
+pytestmark = [
+    pytest.mark.asr,
+    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+    pytest.mark.timeout(150),
+]
+
+REPO = Path(__file__).resolve().parent.parent
+BIG = (os.cpu_count() or 1) >= 4
+LISTENERS = int(os.environ.get("DUPLEX_LOAD_LISTENERS", "200" if BIG else "100"))
+TALKERS = int(os.environ.get("DUPLEX_LOAD_TALKERS", "10" if BIG else "4"))
+ROUNDS, QUIET_S, TALK_S = 2, 6.0, 8.0
+
+
+def voices() -> VoiceRegistry:
+    # replies in a 1 s tone; the listeners hear a 5 s phrase (phrase-cache hits after one play)
+    return VoiceRegistry([
+        ToneSynthesizer(name="tone", frequency=440.0, seconds=1.0, sample_rate=24_000),
+        ToneSynthesizer(name="listen", frequency=330.0, seconds=5.0, sample_rate=24_000),
+    ])
+
+
+class GatewayCounters:
+    """The in-process gateway's own view, read at each phase boundary."""
+
+    def __init__(self, gateway, watch: StallWatch) -> None:
+        self.registry = gateway.registry
+        self.watch = watch
+        self.marks: dict[str, dict] = {}
+
+    def read(self) -> dict:
+        slots = late = rebases = 0
+        for session in self.registry:
+            stats = session.webrtc.sink.pacer.stats
+            slots += stats.slots
+            late += stats.late_slots
+            rebases += stats.rebases
+        recognizer = self.registry.duplex.recognizer
+        # read on the event loop's thread (the PHASE lines are handled there): its own CPU
+        # time, and the whole process's (the Whisper threads, the encoder pool ...)
+        return {"slots": slots, "late_slots": late, "rebases": rebases,
+                "decodes": recognizer.decodes, "partials_skipped": recognizer.skipped,
+                "loop_cpu_s": time.thread_time(), "process_cpu_s": time.process_time(),
+                "at": time.monotonic()}
+
+    def mark(self, phase: str) -> None:
+        if phase.startswith(("quiet_", "talk_")) and not phase.endswith("_end"):
+            self.watch.stats = StallStats()  # stalls counted per window
+        self.marks[phase] = self.read()
+        if phase.endswith("_end"):
+            self.marks[phase]["stalls"] = self.watch.stats.stalls
+            self.marks[phase]["max_stall_ms"] = self.watch.stats.max_stall_ms
+
+    def windows(self, kind: str) -> dict:
+        """Summed over the windows of ``kind`` (quiet or talk)."""
+        keys = ("slots", "late_slots", "rebases", "decodes", "loop_cpu_s", "process_cpu_s", "at")
+        total = dict.fromkeys(keys, 0.0) | {"stalls_10ms": 0, "max_stall_ms": 0.0}
+        for n in range(1, ROUNDS + 1):
+            a, b = self.marks[f"{kind}_{n}"], self.marks[f"{kind}_{n}_end"]
+            for key in keys:
+                total[key] += b[key] - a[key]
+            total["stalls_10ms"] += b["stalls"]
+            total["max_stall_ms"] = max(total["max_stall_ms"], b["max_stall_ms"])
+        total["late_share"] = total["late_slots"] / total["slots"] if total["slots"] else None
+        wall = total.pop("at")
+        # % of one core: the event loop's thread, and every other thread of the process
+        total["loop_cpu_pct"] = round(100 * total["loop_cpu_s"] / wall, 1)
+        total["other_threads_cpu_pct"] = round(
+            100 * (total["process_cpu_s"] - total["loop_cpu_s"]) / wall, 1)
+        return total
+
+
+async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
+    start_gateway, tmp_path
+):
+    started = time.monotonic()
+    gateway = await start_gateway(voices(), duplex=True, reply_voice="tone",
+                                  max_sessions=LISTENERS + TALKERS + 20, connect_timeout_s=60.0)
+    gateway.registry.gc.freeze()  # as gateway.cli does once serving
+    watch = StallWatch(0.010)  # the gateway's own loop-stall watch (``--stall-warn-ms 10``)
+    watch.start()
+    counters = GatewayCounters(gateway, watch)
+    out = tmp_path / "duplex_load.json"
+    cmd = [sys.executable, "-m", "bench.duplex_loadgen", "--url", gateway.url,
+           "--server-pid", str(os.getpid()), "--listeners", str(LISTENERS),
+           "--talkers", str(TALKERS), "--voice", "listen", "--utterances", "8",
+           "--rounds", str(ROUNDS), "--quiet-window", str(QUIET_S),
+           "--talk-window", str(TALK_S), "--out", str(out)]
+    if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+        cmd = ["taskset", "-c", "1", *cmd]  # the peers off the gateway's usual core
+    load_before = os.getloadavg()
+    # a session of its own: with sched autogroup the CPU is shared between sessions first, and
+    # the peers must not take their share out of the gateway's
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True)
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(130):
+            assert proc.stdout is not None
+            async for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                lines.append(line)
+                if line.startswith("PHASE "):
+                    counters.mark(line[6:])
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        watch.stop()
+    assert proc.returncode == 0, "\n".join(lines[-40:])
+    result = json.loads(out.read_text())
+    connect = result["connect"]
+    assert connect["listeners_ok"] == LISTENERS and not connect["talkers_failed"], connect
+    quiet, talk = result["pooled"]["quiet"], result["pooled"]["talk"]
+    gw = {kind: counters.windows(kind) for kind in ("quiet", "talk")}
+    talkers = result["talkers_summary"]
+
+    print(f"\n{LISTENERS} listeners, {TALKERS} talkers; connect {connect['seconds']} s; "
+          f"load average before {[round(v, 2) for v in load_before]}")
+    print(f"{'window':<8} {'packets':>7} {'ontime%':>7} {'worst%':>7} {'p50':>6} {'p99':>6} "
+          f"{'p99.9':>6} {'max':>6} {'lost':>4} {'gwCPU%':>6} {'genCPU%':>7} {'other%':>6} "
+          f"{'load1':>5}")
+    for w in result["windows"]:
+        late = w["lateness_ms"]
+        print(f"{w['kind'] + ' ' + str(w['round']):<8} {w['packets_received']:>7} "
+              f"{100 * w['on_time_share']:>7.2f} {100 * w['on_time_share_worst_session']:>7.2f} "
+              f"{late['p50']:>6.2f} {late['p99']:>6.2f} {late['p999']:>6.2f} {late['max']:>6.1f} "
+              f"{w['packets_lost']:>4} {w['server_cpu_pct']:>6.1f} {w['loadgen_cpu_pct']:>7.1f} "
+              f"{w['others_cpu_pct']:>6.1f} {w['loadavg'][0]:>5.2f}")
+    for kind, p in (("quiet", quiet), ("talk", talk)):
+        late, g = p["lateness_ms"], gw[kind]
+        print(f"{kind + ' all':<8} {p['packets']:>7} {100 * p['on_time_share']:>7.2f} "
+              f"{'':>7} {late['p50']:>6.2f} {late['p99']:>6.2f} {late['p999']:>6.2f} "
+              f"{late['max']:>6.1f}   gateway: {100 * (g['late_share'] or 0):.3f} % slots late "
+              f"> 5 ms, {g['rebases']:.0f} rebases, {g['stalls_10ms']} stalls >= 10 ms "
+              f"(max {g['max_stall_ms']} ms), {g['decodes']:.0f} Whisper decodes; CPU: loop "
+              f"thread {g['loop_cpu_pct']} %, other threads {g['other_threads_cpu_pct']} %")
+    print(f"talkers: {talkers}; took {time.monotonic() - started:.1f} s")
+
+    # 1. the talkers really loaded the recogniser in the talking windows
+    assert talkers["final_transcripts"] >= TALKERS, talkers
+    assert talkers["audible_replies"] >= TALKERS, talkers
+    assert gw["talk"]["decodes"] >= TALKERS, gw
+    assert gw["quiet"]["decodes"] <= 2, gw  # (a last partial may end in the next quiet one)
+    # every listener kept receiving
+    assert all(w["sessions_measured"] == LISTENERS and not w["sessions_without_packets"]
+               for w in result["windows"])
+    # 2. ASR off the loop: its CPU is the other threads'
+    assert gw["talk"]["other_threads_cpu_pct"] >= 15.0, gw
+    assert gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 10.0, gw
+    # 3. the pacing held while they talked -- if the machine let the quiet windows keep time
+    if quiet["on_time_share"] < 0.99:
+        others = [w["others_cpu_pct"] for w in result["windows"]]
+        pytest.skip(
+            f"pacing not judged: the quiet windows kept only {100 * quiet['on_time_share']:.1f} "
+            f"% of packets within 5 ms (talk {100 * talk['on_time_share']:.1f} %); other "
+            f"processes took {min(others):.0f}-{max(others):.0f} % of a core meanwhile, load "
+            f"average {os.getloadavg()[0]:.1f}")
+    assert talk["on_time_share"] >= 0.99, (quiet, talk)
+    assert talk["lateness_ms"]["p99"] <= quiet["lateness_ms"]["p99"] + 5.0, (quiet, talk)
+    assert gw["talk"]["max_stall_ms"] < 20.0, gw
