@@ -40,6 +40,7 @@ from yarl import URL
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.rtp.seqnum import seq_diff
+from tests.browser.conftest import browser, page, playwright_driver  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -502,7 +503,7 @@ def lone_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         node.stop()
 
 
-async def test_without_redis_one_node_places_routes_and_drains(lone_node):
+async def test_without_redis_one_node_places_and_routes(lone_node):
     node = lone_node
     h = node.health()
     assert h["redis"] is None and "cluster" not in h and h["placement"] == "local"
@@ -514,7 +515,15 @@ async def test_without_redis_one_node_places_routes_and_drains(lone_node):
                 async with http.delete(f"{node.url}/v1/sessions/{session_id(c)}/speech",
                                        allow_redirects=False) as r:
                     assert r.status == 200 and (await r.json()) == {"interrupted": 0}
-                said = await c.say("Hello.", voice="tone")
+                # the events stream, proxied as it is written (SSE)
+                async with http.get(f"{node.url}/v1/sessions/{session_id(c)}/events") as events:
+                    assert events.headers["Content-Type"] == "text/event-stream"
+                    first = await asyncio.wait_for(events.content.readline(), 5)
+                    assert first.startswith(b": events of session " + session_id(c).encode())
+                    said = await c.say("Hello.", voice="tone")
+                    seen = b""
+                    while b'"state": "done"' not in seen and b'"state":"done"' not in seen:
+                        seen += await asyncio.wait_for(events.content.readline(), 10)
                 assert said.utterance["location"].startswith(c.session_url + "/speech/")
                 assert (await c.wait_utterance(said.utterance["id"]))["state"] == "done"
             async with http.get(f"{node.url}/v1/sessions/nosuchworker-abc") as r:
@@ -523,6 +532,29 @@ async def test_without_redis_one_node_places_routes_and_drains(lone_node):
             assert sorted(w["sessions"] for w in health["workers"]) == [1, 1]
         finally:
             await close_all(clients)
+
+
+@pytest.mark.browser
+async def test_the_demo_page_through_the_public_port(lone_node, page):  # noqa: F811
+    """Chromium on the public port's page: its session lives on a worker (another origin: the
+    page calls the worker's absolute Location directly, CORS), and it hears the tone."""
+    from tests.browser.conftest import connect as connect_page
+    from tests.browser.conftest import open_demo, wait_stats
+    from tests.browser.conftest import speak as speak_page
+
+    await open_demo(page, lone_node.url)
+    await connect_page(page)
+    session_url = await page.evaluate("window.gatewayDemo.sessionUrl")
+    assert URL(session_url).port in lone_node.worker_ports, session_url
+    candidates = await page.evaluate("window.gatewayDemo.candidates")
+    assert candidates["patches"] >= 1 and not candidates["patchErrors"], candidates
+    await speak_page(page, "A tone, please.", voice="tone")
+    heard = await wait_stats(page, "s.audioLevel > 0.05")
+    assert heard["packetsReceived"] > 0
+
+
+def test_without_redis_sigterm_drains_and_exits_0(lone_node):
+    node = lone_node
     pids = [w["pid"] for w in node.health()["workers"]]
     assert node.stop() == 0
     for pid in pids:

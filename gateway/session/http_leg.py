@@ -102,7 +102,9 @@ class HttpStreamLeg:
                     await ticker.sleep(due - now)
                     continue
             chunk = bytearray()
-            horizon = now + (self.options.write_s if self.options.pace == "live" else 0.0)
+            # the live write cadence coalesces (``--http-flush frame``: every frame alone)
+            cadence = self.options.write_s if self.flush_limit else 0.0
+            horizon = now + (cadence if self.options.pace == "live" else 0.0)
             while len(queue):
                 if self.options.pace == "live" and first_at is not None:
                     if first_at + index * FRAME_S - self.options.lead_s > horizon:

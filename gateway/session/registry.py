@@ -50,7 +50,7 @@ class SessionRegistry:
         self.options = options
         self.max_sessions = max_sessions
         self.phrase_cache = phrase_cache  # one per process, shared by every session
-        self.gc = GcPolicy()
+        self.gc = GcPolicy(live_sessions=self.__len__)
         self._sessions: dict[str, Session] = {}
         self._creating = 0
         self.created_total = 0
