@@ -266,7 +266,8 @@ async def test_live_pace_is_real_time_after_the_lead(gateway):
             arrivals += [now for rec in parser.feed(chunk) if isinstance(rec, FrameRecord)]
     assert len(arrivals) == 50  # the tone voice's 1 s
     # frame i is due 20 ms * i - 200 ms (lead) after the first, written up to 60 ms early
+    # (earliness is the property; lateness only bounds a loaded machine's scheduling, loosely)
     lateness = [t - (arrivals[0] + max(0.0, 0.02 * i - 0.2)) for i, t in enumerate(arrivals)]
-    assert max(lateness) < 0.05, max(lateness)
-    assert min(lateness) > -0.07  # never more than the write window early
+    assert min(lateness) > -0.07  # never more than the 60 ms write window early
+    assert max(lateness) < 0.5, max(lateness)
     assert arrivals[-1] - arrivals[0] > 0.98 - 0.2 - 0.07  # real time, not as produced
