@@ -17,7 +17,7 @@ RED_PT = 63
 
 def with_red(offer: str, opus_pt: int) -> str:
     """The offer as Chromium makes it: red/48000/2 over Opus (aiortc itself offers no RED)."""
-    offer = re.sub(r"(m=audio \d+ \S+ )(.*)", lambda m: f"{m[1]}{m[2]} {RED_PT}", offer, count=1)
+    offer = re.sub(r"(m=audio [^\r\n]*)", lambda m: f"{m[1]} {RED_PT}", offer, count=1)
     return offer.replace(
         f"a=rtpmap:{opus_pt} opus/48000/2\r\n",
         f"a=rtpmap:{opus_pt} opus/48000/2\r\na=rtpmap:{RED_PT} red/48000/2\r\n"
