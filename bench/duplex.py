@@ -458,11 +458,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="niceness for the gateway and this process (negative, as root: favour "
                    "them over other work on a shared machine)")
     p.add_argument("--quick", action="store_true",
-                   help="a smoke run in about a minute: 5 + 3 turns, one rung of 3 talkers")
+                   help="a smoke run in about 70 s: echo and chat, 5 turns each, one rung of 3 "
+                   "talkers asking 2 questions each")
     p.add_argument("--out", default=str(RESULTS / "duplex.json"))
     args = p.parse_args(argv)
     if args.quick:
         args.turns = min(args.turns, 5)
+        if args.configs == p.get_default("configs"):
+            args.configs = "echo,chat"
         args.ladder = "3" if args.ladder == p.get_default("ladder") else args.ladder
         args.ramp_questions = min(args.ramp_questions, 2)
         args.period = min(args.period, 5.0)
@@ -481,7 +484,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "machine": machine(), "loadavg_end": procstats.load_average(),
             "settings": {k: v for k, v in vars(args).items() if k != "out"}, **data}
     out.write_text(json.dumps(data, indent=1))
-    print_latency(data["latency"])
+    if data["latency"]:
+        print_latency(data["latency"])
     if data["ramp"]:
         print_ramp(data["ramp"])
     s = data["summary"]
