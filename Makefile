@@ -10,7 +10,7 @@ AGENT ?= echo
 WORKERS ?= 1
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint fuzz bench bench-load bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS)"
@@ -69,6 +69,12 @@ bench-browser: $(STAMP) browser
 
 bench-load: $(STAMP)
 	$(BIN)/python -m bench.load
+
+bench-duplex: $(STAMP) browser
+	$(BIN)/python -m bench.duplex
+
+bench-duplex-quick: $(STAMP) browser
+	$(BIN)/python -m bench.duplex --quick
 
 bench-http: $(STAMP)
 	$(BIN)/python -m bench.http_stream

@@ -344,7 +344,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         results: dict[str, list[dict[str, Any]]] = {str(w): [] for w in counts}
         for n in ladder:
             for w in counts:
-                if results[str(w)] and not results[str(w)][-1]["held"]:
+                if results[str(w)] and not results[str(w)][-1]["held"] and not args.keep_going:
                     continue  # this worker count already broke at a lower rung
                 rung = await run_rung(w, n, args, wav, cache, tmp)
                 results[str(w)].append(rung)
@@ -374,6 +374,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--phrase-s", type=float, default=15.0)
     parser.add_argument("--min-on-time", type=float, default=0.90)
     parser.add_argument("--probe", type=int, default=20, help="connects per connect probe")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="measure every rung even after one broke (CPU per packet at every "
+                        "N, for the comparison across worker counts)")
     parser.add_argument("--quick", action="store_true",
                         help=f"ladder {QUICK_LADDER}, 4 s windows, 8 probe connects")
     parser.add_argument("--out", default=str(RESULTS / "cluster.json"))

@@ -104,7 +104,8 @@ def others_cpu_pct(window: dict[str, Any]) -> float:
     """CPU other processes took in the window (% of one core): every core's busy share minus
     the server's and the load generator's."""
     busy = sum((window.get("core_busy_pct") or {}).values())
-    return round(busy - window.get("server_cpu_pct", 0.0) - window.get("loadgen_cpu_pct", 0.0), 1)
+    others = busy - window.get("server_cpu_pct", 0.0) - window.get("loadgen_cpu_pct", 0.0)
+    return max(0.0, round(others, 1))  # (the samples are not simultaneous: a little noise)
 
 
 def pooled(latenesses: list[np.ndarray]) -> dict[str, Any]:

@@ -301,3 +301,29 @@ async def test_directory_fails_fast_when_redis_is_unreachable(redis_url):
         assert "pw" not in health["url"] and redacted("redis://:pw@h:1/0") == "redis://:***@h:1/0"
     finally:
         await d.close()
+
+
+# -- the benchmark's machinery, tiny -----------------------------------------------------------
+
+
+def test_cluster_bench_smoke(tmp_path, capsys):
+    """``python -m bench.cluster`` end to end at a tiny scale (4 sessions, a 1 s window): it
+    asserts what the machinery measured, not performance (the machine is shared)."""
+    from bench import cluster
+
+    out = tmp_path / "cluster.json"
+    data = cluster.main(["--ladder", "4", "--window", "1", "--phrase-s", "1", "--probe", "2",
+                         "--min-on-time", "0", "--out", str(out)])
+    assert json.loads(out.read_text())["benchmark"] == "cluster"
+    for workers in ("1", "2"):
+        (rung,) = data["results"][workers]
+        assert "error" not in rung, rung.get("error")
+        assert rung["connect"]["ok"] == 4 and rung["speech_failed"] == 0
+        assert sum(rung["streams_per_worker"].values()) == 4
+        window = rung["speaking"]
+        assert window["sessions_measured"] == 4 and window["packets_received"] > 0
+        assert window["workers_us_per_packet"] > 0
+    assert set(data["results"]["2"][0]["streams_per_worker"]) == {"w0", "w1"}  # both used
+    for path in ("public_port", "worker_direct"):
+        assert data["connect_probe"][path]["post_to_201_ms"]["n"] == 2
+    assert "connect via public_port" in capsys.readouterr().out

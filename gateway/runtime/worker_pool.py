@@ -61,11 +61,14 @@ def default_workers() -> int:
 
 
 class WorkerPool:
-    def __init__(self, workers: int, nice: int = DEFAULT_NICE, name: str = "synth") -> None:
+    def __init__(
+        self, workers: int, nice: int = DEFAULT_NICE, name: str = "synth", idle: bool = False
+    ) -> None:
         if workers < 1:
             raise ValueError("a pool needs at least one worker")
         self.workers = workers
         self.nice = nice
+        self.idle = idle  # SCHED_IDLE: runs only on CPU no other thread wants (Linux)
         self.name = name
         self._heap: list[tuple[int, int, Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
         self._cond = threading.Condition()
@@ -114,6 +117,11 @@ class WorkerPool:
         thread.start()
 
     def _lower_priority(self) -> None:
+        if self.idle and hasattr(os, "SCHED_IDLE"):
+            # threads started from here (CTranslate2's) inherit it
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                return
         if not sys.platform.startswith("linux") or self.nice <= 0:
             return  # elsewhere setpriority(PRIO_PROCESS, tid) would renice the whole process
         with contextlib.suppress(OSError):
