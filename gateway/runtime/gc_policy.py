@@ -94,6 +94,7 @@ class GcStats:
     closed_sessions_freed: int = 0  # by refcounting, as they should be
     closed_sessions_garbage: int = 0  # now: alive past the grace, in a cycle, until a reclaim
     closed_sessions_retained: int = 0  # now: alive even after a reclaim (a leak)
+    untimed_collections: int = 0  # started so near the recursion limit our hook could not run
 
 
 class _Closed:
@@ -198,7 +199,7 @@ class GcPolicy:
         self.idle_delay_s = idle_delay_s
         self.watch = watch or CLOSED
         self.live_sessions = live_sessions
-        self._started = 0.0
+        self._started: float | None = None
         self._started_cpu = 0.0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._stats = GcStats()
@@ -236,10 +237,22 @@ class GcPolicy:
         return _tracked_legs()
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            self._started_cpu = time.thread_time()
-            return
+        # A collection can start anywhere, also a few frames below the recursion limit (deeply
+        # nested JSON inside json.loads): there even a call raises RecursionError, which the
+        # interpreter would print as "Exception ignored in" and lose. That collection goes
+        # untimed, counted; its stop is skipped (no start time to measure from).
+        try:
+            if phase == "start":
+                self._started = time.perf_counter()
+                self._started_cpu = time.thread_time()
+            elif self._started is not None:
+                self._record(info)
+        except RecursionError:
+            self._started = None
+            self._stats.untimed_collections += 1
+
+    def _record(self, info: dict[str, Any]) -> None:
+        assert self._started is not None
         generation = int(info.get("generation", 0))
         pause_ms = (time.perf_counter() - self._started) * 1000
         cpu_ms = (time.thread_time() - self._started_cpu) * 1000

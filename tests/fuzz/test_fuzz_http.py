@@ -463,13 +463,6 @@ def _collect_at_depth(target: int, depth: int) -> None:
     gc.collect()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: runtime/gc_policy.py GcPolicy._on_gc (a gc.callbacks hook) raises "
-    "RecursionError when a collection starts within ~8 frames of the recursion limit -- which "
-    "deeply nested JSON bodies reach inside json.loads: 'Exception ignored in' on stderr, a "
-    "pause lost or mis-timed (Hypothesis' own gc callback catches RecursionError for this)",
-)
 def test_gc_callback_survives_a_collection_near_the_recursion_limit():
     policy = GcPolicy()
     ignored: list[type[BaseException] | None] = []
@@ -489,3 +482,4 @@ def test_gc_callback_survives_a_collection_near_the_recursion_limit():
         sys.unraisablehook = previous
         policy.close()
     assert ignored == []
+    assert policy.stats.collections != [0, 0, 0]  # the hook still timed the others
