@@ -25,6 +25,9 @@ class GatewayConfig:
     port: int = 8080
     ice_hosts: tuple[str, ...] = ()  # empty: every interface (aioice's default)
     ice_servers: tuple[str, ...] = ()  # stun:/turn: URLs; none unless configured
+    udp_mux: bool = True  # every session's ICE/DTLS/SRTP on one UDP socket (per host address)
+    udp_port: int = 0  # ... on this port (0: a free one); worker i of --workers: udp_port + i
+    udp_sendmmsg: bool = True  # a tick's RTP leaves in one sendmmsg on the shared socket
     turn_username: str | None = None
     turn_credential: str | None = None
     voices: tuple[str, ...] = ("piper",)
@@ -61,12 +64,13 @@ class GatewayConfig:
     vad: str = "silero"
     turn_silence_ms: int = 500
     barge_in_ms: int = 300
+    asr_speculate_ms: int = 200  # start the final decode after this much silence (0: off)
     reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
     red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
     red_adaptive: bool = True  # only while the receiver reports loss
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
-    live_write_ms: float = 60.0  # ... frames due within this window go in one write
+    live_write_ms: float = 100.0  # ... frames due within this window go in one write
     # Scale-out (gateway.cluster): worker processes, the cluster registry, this node's address
     workers: int = 1  # > 1: a supervisor and this many gateway processes (1: one, as ever)
     redis_url: str | None = None  # machines sharing this Redis are one cluster
@@ -102,7 +106,8 @@ class GatewayConfig:
 
     def hearing_options(self) -> HearingOptions:
         return HearingOptions(asr=self.asr, agent=self.agent, vad=self.vad,
-                              turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms)
+                              turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms,
+                              asr_speculate_ms=self.asr_speculate_ms)
 
 
 def _csv(value: str | None) -> tuple[str, ...]:
@@ -128,6 +133,16 @@ def _workers(value: str) -> int:
     return n
 
 
+def _udp_port(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError("0..65535")
+    return n
+
+
 def _prefix(value: str) -> str:
     if value and not re.fullmatch(r"[A-Za-z0-9._-]{1,32}", value):
         raise argparse.ArgumentTypeError(f"{value!r}: up to 32 of A-Z a-z 0-9 . _ -")
@@ -148,6 +163,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--port", type=int, default=int(_env("PORT", str(d.port)) or d.port),
         help="HTTP port [GATEWAY_PORT]",
+    )
+    p.add_argument(
+        "--udp-port", type=_udp_port, default=_udp_port(_env("UDP_PORT", "0") or "0"),
+        help="the UDP port every session's ICE, DTLS and SRTP share: one socket per host "
+        "address (0: a free port; with --workers, worker i takes --udp-port + i) "
+        "[GATEWAY_UDP_PORT]",
+    )
+    p.add_argument(
+        "--no-udp-mux", action="store_true",
+        default=(_env("UDP_MUX", "1") or "1") in ("0", "off", "false", "no"),
+        help="one UDP socket per session, on a random port, as aioice binds (the design before "
+        "the shared port; for comparisons) [GATEWAY_UDP_MUX=0]",
+    )
+    p.add_argument(
+        "--no-sendmmsg", action="store_true",
+        default=(_env("SENDMMSG", "1") or "1") in ("0", "off", "false", "no"),
+        help="on the shared socket, send each RTP packet with its own sendto instead of one "
+        "sendmmsg per tick [GATEWAY_SENDMMSG=0]",
     )
     p.add_argument(
         "--ice-hosts", default=_env("ICE_HOSTS", ""),
@@ -232,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--barge-in-ms", type=int,
                    default=int(_env("BARGE_IN_MS", str(d.barge_in_ms)) or 300),
                    help="speech over a reply this long cuts it [GATEWAY_BARGE_IN_MS]")
+    p.add_argument("--asr-speculate-ms", type=int,
+                   default=int(_env("ASR_SPECULATE_MS", str(d.asr_speculate_ms)) or 0),
+                   help="start the final decode after this much silence, while the turn's "
+                   "end is still awaited; kept if the turn ends, dropped if the user goes on "
+                   "(0: off) [GATEWAY_ASR_SPECULATE_MS]")
     p.add_argument("--reply-voice", default=_env("REPLY_VOICE"),
                    help="the voice replies are spoken in (default: the first) "
                    "[GATEWAY_REPLY_VOICE]")
@@ -352,6 +390,9 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         port=args.port,
         ice_hosts=_csv(args.ice_hosts),
         ice_servers=_csv(args.ice_servers),
+        udp_mux=not args.no_udp_mux,
+        udp_port=args.udp_port,
+        udp_sendmmsg=not args.no_sendmmsg,
         turn_username=args.turn_username,
         turn_credential=args.turn_credential,
         voices=voices or GatewayConfig.voices,
@@ -386,6 +427,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         vad=args.vad,
         turn_silence_ms=args.turn_silence_ms,
         barge_in_ms=args.barge_in_ms,
+        asr_speculate_ms=args.asr_speculate_ms,
         reply_voice=args.reply_voice,
         red_distance=args.red_distance,
         red_adaptive=not args.red_always,

@@ -9,7 +9,7 @@ formatter (Ogg/Opus pages, the gateway's frame records, transcoded PCM, SSE even
   size (``stream/flush_policy.py``, from the connection's RTT).
 - ``live``: real time after a lead (default 200 ms): frame ``i`` is due ``i * 20 ms - lead``
   after the first, so a live listener's buffer stays small; no due frame waits more than a tick
-  of the shared grid. Frames are written on a cadence (``write_s``, default 60 ms): when one is
+  of the shared grid. Frames are written on a cadence (``write_s``, default 100 ms): when one is
   due, every frame due within the next ``write_s`` goes in the same write -- early, never late
   -- so 500 listeners cost ≈17 writes a second each instead of 50 (measured: 500 streams at
   32 % of a core with 60 ms against 63-87 % writing every frame, bench/http_stream.py).
@@ -43,7 +43,7 @@ FRAME_S = FRAME_MS / 1000
 class StreamOptions:
     pace: Pace = "asap"
     lead_s: float = 0.2
-    write_s: float = 0.06  # live: frames due within this much of the first due go together
+    write_s: float = 0.1  # live: frames due within this much of the first due go together
     flush: FlushPolicy = "adaptive"
     queue_frames: int = 50  # ≈1 s: the most a stalled reader holds on the server
 
