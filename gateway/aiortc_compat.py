@@ -47,11 +47,13 @@ Touched:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
+import aioice.candidate
 import aioice.ice
 import aiortc.rtcdtlstransport
 import aiortc.rtcrtpsender
@@ -65,6 +67,8 @@ from aiortc import (
 )
 from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from OpenSSL import SSL
+
+from gateway.net.udp_mux import UdpMux
 
 _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
 _SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
@@ -103,6 +107,7 @@ def check_internals() -> list[str]:
             problems.append(f"aioice.Connection.{name}")
     problems.extend(_receiver_rtcp_problems())
     problems.extend(_teardown_problems())
+    problems.extend(_mux_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems
@@ -439,7 +444,7 @@ def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | 
     if udp is None:
         return None
     protect = srtp_protector(transport._tx_srtp)
-    sendto = udp.sendto
+    sendto = _datagram_sender(udp)
     is_closing = udp.is_closing
     addr = pair.remote_addr
     _require(transport, "_state")
@@ -459,12 +464,18 @@ def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | 
             udp_now = current.protocol.transport
             if udp_now is None:
                 return False
-            pair, sendto, is_closing, addr = (current, udp_now.sendto, udp_now.is_closing,
-                                              current.remote_addr)
+            pair, sendto, is_closing, addr = (current, _datagram_sender(udp_now),
+                                              udp_now.is_closing, current.remote_addr)
         sendto(protect(data), addr)
         return True
 
     return send
+
+
+def _datagram_sender(udp: Any) -> Callable[[bytes, Any], None]:
+    """A shared socket's endpoint batches (the tick's datagrams leave in one ``sendmmsg``)."""
+    batched = getattr(udp, "send_batched", None)
+    return batched if callable(batched) else udp.sendto  # type: ignore[no-any-return]
 
 
 def first_sequence_number() -> int:
@@ -621,6 +632,8 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
             connection = getattr(transport, "_connection", None)
             if connection is not None:
                 vars(connection).pop("data_received", None)  # ``impair_incoming``'s wrapper
+                vars(connection).pop("get_component_candidates", None)  # ``share_udp_socket``
+                vars(connection).pop(_MUX_ENDPOINTS, None)
                 check_list = getattr(connection, "_check_list", None)
                 if isinstance(check_list, list):
                     check_list.clear()
@@ -661,11 +674,15 @@ def restart_ice(
     connection = ice._connection
     for attr in ("_local_username", "_local_password", "_remote_candidates_end"):
         _require(connection, attr)
-    ufrag, pwd = local or (aioice.ice.random_string(4), aioice.ice.random_string(22))
+    muxed = _MUX_ENDPOINTS in vars(connection)
+    ufrag_length = _MUX_UFRAG_LENGTH if muxed else 4
+    ufrag, pwd = local or (aioice.ice.random_string(ufrag_length), aioice.ice.random_string(22))
     aioice.ice.validate_username(ufrag)
     aioice.ice.validate_password(pwd)
     aioice.ice.validate_username(remote_ufrag)
     aioice.ice.validate_password(remote_pwd)
+    if muxed:
+        _note_mux_ufrag(connection, ufrag)
     connection._local_username, connection._local_password = ufrag, pwd
     connection.remote_username, connection.remote_password = remote_ufrag, remote_pwd
     connection._remote_candidates_end = False
@@ -682,3 +699,157 @@ def ice_credentials(ice: Any) -> tuple[tuple[str, str], tuple[str | None, str | 
 def _ice_connection_of(ice: Any) -> Any:
     _require(ice, "_connection")
     return ice._connection
+
+
+# --- ICE: the nominated pair's candidate types (latency timelines; read-only) -------------------
+
+
+def nominated_pair_types(transport: RTCDtlsTransport) -> dict[str, str | None] | None:
+    """The nominated pair's local and remote candidate types (``host``, ``prflx``, ``srflx``,
+    ``relay``) and the remote address, or None before a pair is nominated. A remote ``prflx``
+    is a peer whose checks came before (or without) its candidate: a trickle offer with no
+    candidates in it."""
+    ice = transport.transport
+    connection = getattr(ice, "_connection", None)
+    nominated = getattr(connection, "_nominated", None)
+    if not isinstance(nominated, dict):
+        return None
+    pair = nominated.get(1)
+    if pair is None:
+        return None
+    remote = pair.remote_candidate
+    return {"local": pair.local_candidate.type, "remote": remote.type,
+            "remote_address": f"{remote.host}:{remote.port}"}
+
+
+# --- ICE: one shared UDP socket per worker ---------------------------------------------------
+
+_PC_ICE_TRANSPORTS = "_RTCPeerConnection__iceTransports"
+_MUX_ENDPOINTS = "_gateway_mux_endpoints"
+_MUX_UFRAG_LENGTH = 8  # aioice draws 4 characters: 1 in ≈15 M; on one socket, ufrags must differ
+
+
+def _mux_problems() -> list[str]:
+    """check_internals' part for this section."""
+    problems: list[str] = []
+    probe = aioice.ice.Connection(ice_controlling=False)
+    for name in ("_protocols", "_local_username", "stun_server"):
+        if not hasattr(probe, name):
+            problems.append(f"aioice.Connection.{name}")
+    if not callable(getattr(probe, "get_component_candidates", None)):
+        problems.append("aioice.Connection.get_component_candidates")
+    for name in ("server_reflexive_candidate", "random_string"):
+        if not callable(getattr(aioice.ice, name, None)):
+            problems.append(f"aioice.ice.{name}")
+    for name in ("Candidate", "candidate_foundation", "candidate_priority"):
+        if not callable(getattr(aioice.candidate, name, None)):
+            problems.append(f"aioice.candidate.{name}")
+    try:
+        protocol = aioice.ice.StunProtocol(probe)
+        if not isinstance(getattr(protocol, "transactions", None), dict):
+            problems.append("aioice.StunProtocol.transactions")
+        if not callable(getattr(protocol, "connection_made", None)):
+            problems.append("aioice.StunProtocol.connection_made")
+    except RuntimeError:  # its close future wants an event loop on some Pythons
+        pass
+    if _PC_ICE_TRANSPORTS not in RTCPeerConnection.__init__.__code__.co_names:
+        problems.append(f"RTCPeerConnection.{_PC_ICE_TRANSPORTS}")
+    return problems
+
+
+def host_addresses() -> list[str]:
+    """The addresses aioice gathers host candidates on (``restrict_ice_hosts`` applies)."""
+    return list(aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True))
+
+
+def share_udp_socket(pc: RTCPeerConnection, muxes: Callable[[str], UdpMux | None]) -> int:
+    """Make ``pc``'s ICE agents gather their host candidates on the worker's shared sockets
+    (``muxes(address)``: the ``UdpMux`` of that host address) instead of binding one socket per
+    session: each agent's ``StunProtocol`` is given a ``MuxEndpoint`` as its transport, reached
+    by our ufrag (made 8 characters long: unique on the socket). The host candidate advertises
+    the shared port. Server-reflexive candidates (a STUN server) are asked for through the
+    shared socket; TURN relays are aioice's own, as before.
+
+    Call after ``setRemoteDescription`` and before ``setLocalDescription`` (which gathers).
+    Returns the ICE agents changed."""
+    transports = getattr(pc, _PC_ICE_TRANSPORTS, None)
+    if not isinstance(transports, set):
+        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {_PC_ICE_TRANSPORTS}")
+    changed = 0
+    for ice in transports:
+        connection = _ice_connection_of(ice)
+        for attr in ("_protocols", "_local_username", "get_component_candidates"):
+            _require(connection, attr)
+        if _MUX_ENDPOINTS in vars(connection):
+            continue
+        connection._local_username = aioice.ice.random_string(_MUX_UFRAG_LENGTH)
+        setattr(connection, _MUX_ENDPOINTS, [])
+        connection.get_component_candidates = _muxed_gathering(
+            connection, connection.get_component_candidates, muxes
+        )
+        changed += 1
+    return changed
+
+
+def _muxed_gathering(
+    connection: Any,
+    original: Callable[..., Awaitable[list[Any]]],
+    muxes: Callable[[str], UdpMux | None],
+) -> Callable[..., Awaitable[list[Any]]]:
+    async def get_component_candidates(
+        component: int, addresses: list[str], timeout: int = 5
+    ) -> list[Any]:
+        candidates: list[Any] = []
+        protocols: list[Any] = []
+        unmuxed: list[str] = []
+        for address in addresses:
+            mux = muxes(address)
+            if mux is None:  # an interface that appeared after start-up: aioice's own socket
+                unmuxed.append(address)
+                continue
+            protocol = aioice.ice.StunProtocol(connection)
+            endpoint = mux.attach(protocol, connection.local_username)
+            getattr(connection, _MUX_ENDPOINTS).append(endpoint)
+            protocol.connection_made(endpoint)
+            protocol.local_candidate = aioice.candidate.Candidate(
+                foundation=aioice.candidate.candidate_foundation("host", "udp", address),
+                component=component, transport="udp",
+                priority=aioice.candidate.candidate_priority(component, "host"),
+                host=address, port=mux.local_address[1], type="host",
+            )
+            candidates.append(protocol.local_candidate)
+            protocols.append(protocol)
+        connection._protocols += protocols
+        if connection.stun_server:
+            tasks = [
+                asyncio.ensure_future(
+                    aioice.ice.server_reflexive_candidate(p, connection.stun_server))
+                for p in protocols
+                if ipaddress.ip_address(p.local_candidate.host).version == 4
+            ]
+            if tasks:
+                done, pending = await asyncio.wait(tasks, timeout=timeout)
+                for task in pending:
+                    task.cancel()
+                candidates += [t.result()[0] for t in done if t.exception() is None]
+        # TURN (and hosts with no shared socket): aioice's own gathering, its own sockets
+        return candidates + await original(component, unmuxed, timeout)
+
+    return get_component_candidates
+
+
+def _note_mux_ufrag(connection: Any, ufrag: str) -> None:
+    """An ICE restart on a shared socket: requests for the new ufrag reach this session too
+    (raises ValueError, changing nothing, if another session of the socket has it)."""
+    endpoints = vars(connection).get(_MUX_ENDPOINTS, ())
+    for endpoint in endpoints:
+        owner = endpoint.mux.owner_of(ufrag)
+        if owner is not None and owner is not endpoint:
+            raise ValueError("ufrag already in use on the shared UDP socket")
+    for endpoint in endpoints:
+        endpoint.add_ufrag(ufrag)
+
+
+def uses_udp_mux(pc: RTCPeerConnection) -> bool:
+    transports = getattr(pc, _PC_ICE_TRANSPORTS, set())
+    return any(_MUX_ENDPOINTS in vars(_ice_connection_of(t)) for t in transports)

@@ -14,6 +14,7 @@ from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
+from gateway.net.udp_mux import MuxGroup
 from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
@@ -41,9 +42,13 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     duplex = None
     if config.duplex:
         duplex = DuplexFactory(config.hearing_options(), app[VOICES].get(config.reply_voice))
+    udp_mux = None
+    if config.udp_mux:
+        udp_mux = MuxGroup(aiortc_compat.host_addresses(), config.udp_port,
+                           use_sendmmsg=config.udp_sendmmsg)
     app[REGISTRY] = SessionRegistry(
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
-        idle_timeout_s=config.idle_timeout_s, duplex=duplex,
+        idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
     app[STREAMING] = StreamDefaults(
@@ -66,12 +71,16 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         app.router.add_static("/web/", config.web_dir, show_index=False)
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        if udp_mux is not None:
+            await udp_mux.start()  # the shared sockets, bound before serving: a taken port fails
         if duplex is not None:
             await duplex.load()  # Whisper is loaded (and warmed up) before serving
         yield
         if duplex is not None:
             await duplex.close()
         await app[REGISTRY].close_all()
+        if udp_mux is not None:
+            udp_mux.close()
         cache.close()  # waits for pending phrase cache writes
         if voices is None:  # we built them, we close them
             await app[VOICES].close()

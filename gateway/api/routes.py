@@ -356,6 +356,8 @@ async def healthz(request: web.Request) -> web.Response:
     if watch is not None:
         body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
     body["metrics"] = METRICS.snapshot()
+    if registry.udp_mux is not None:
+        body["udp_mux"] = registry.udp_mux.stats()
     extra = request.app.get(HEALTH_EXTRA)
     if extra is not None:
         body.update(extra())

@@ -143,6 +143,8 @@ def worker_args(argv: Sequence[str], config: GatewayConfig, slot: Slot, public: 
     """The supervisor's own arguments with the worker's appended (argparse: the last wins)."""
     args = [*argv, "--workers", "1", "--port", str(slot.port),
             "--session-id-prefix", slot.prefix, "--advertise-url", slot.url]
+    if config.udp_port:  # one shared UDP port per worker: --udp-port + i
+        args += ["--udp-port", str(config.udp_port + slot.index)]
     if "*" not in config.cors_origins:  # the page on the public port calls the worker directly
         origin = str(URL(public).origin())
         if origin not in config.cors_origins:
@@ -156,6 +158,8 @@ class Supervisor:
             raise SystemExit("error: --workers needs a fixed --port (workers use --port + 1 + i)")
         if config.port + config.workers > 65535:
             raise SystemExit("error: --port + --workers is past 65535")
+        if config.udp_port and config.udp_port + config.workers - 1 > 65535:
+            raise SystemExit("error: --udp-port + --workers is past 65535")
         self.config = config
         self.argv = list(argv)
         self.advertise = (config.advertise_url

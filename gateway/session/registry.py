@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
 
+from gateway.net.udp_mux import MuxGroup
 from gateway.runtime.gc_policy import GcPolicy
 from gateway.runtime.metrics import METRICS
 from gateway.session.duplex import DuplexFactory
@@ -45,8 +46,10 @@ class SessionRegistry:
         id_prefix: str = "",
         idle_timeout_s: float = 0.0,
         duplex: DuplexFactory | None = None,
+        udp_mux: MuxGroup | None = None,
     ) -> None:
         self.rtc_config = rtc_config
+        self.udp_mux = udp_mux  # the worker's shared UDP sockets (None: one per session)
         self.options = options
         self.max_sessions = max_sessions
         self.phrase_cache = phrase_cache  # one per process, shared by every session
@@ -84,7 +87,7 @@ class SessionRegistry:
             session, answer = await Session.create(
                 offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
                 phrase_cache=self.phrase_cache, session_id=new_session_id(self.id_prefix),
-                duplex=self.duplex,
+                duplex=self.duplex, udp_mux=self.udp_mux,
             )
         finally:
             self._creating -= 1

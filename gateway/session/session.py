@@ -21,6 +21,7 @@ from typing import Any
 
 from aiortc import RTCConfiguration
 
+from gateway.net.udp_mux import MuxGroup
 from gateway.session import teardown
 from gateway.session.conversation import Conversation
 from gateway.session.duplex import Duplex, DuplexFactory
@@ -77,13 +78,14 @@ class Session:
         phrase_cache: PhraseCache | None = None,
         session_id: str | None = None,
         duplex: DuplexFactory | None = None,
+        udp_mux: MuxGroup | None = None,
     ) -> tuple[Session, str]:
         """Answer ``offer_sdp``; returns the session and the answer SDP. Raises SdpRejected."""
         summary = inspect_offer(offer_sdp)
         conversation = Conversation(
             options.encoder, options.max_pending_utterances, phrase_cache
         )
-        leg = WebRtcLeg(rtc_config, options, summary)
+        leg = WebRtcLeg(rtc_config, options, summary, udp_mux)
         session = cls(conversation, leg, on_closed, session_id)
         leg.attach(conversation)
         try:

@@ -32,6 +32,7 @@ from gateway.media.retransmission import Retransmitter
 from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
+from gateway.net.udp_mux import MuxGroup
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.session.conversation import Conversation
 from gateway.session.events import Event
@@ -58,8 +59,10 @@ class WebRtcLeg:
         rtc_config: RTCConfiguration,
         options: SessionOptions,
         offer: OfferSummary,
+        udp_mux: MuxGroup | None = None,
     ) -> None:
         self.pc = RTCPeerConnection(rtc_config)
+        self.udp_mux = udp_mux
         self.options = options
         self.offer = offer
         self.created_at = time.monotonic()
@@ -120,6 +123,8 @@ class WebRtcLeg:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
         except Exception as exc:  # aiortc's ValueError, OperationError, InvalidStateError, ...
             raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
+        if self.udp_mux is not None:  # gather on the worker's shared socket(s)
+            aiortc_compat.share_udp_socket(pc, self.udp_mux.get)
         codecs = aiortc_compat.negotiated_codecs(transceiver)
         opus = answer_codec(codecs, nack=self.options.answer_nack)
         pinned = [opus]

@@ -1,0 +1,121 @@
+"""``sendmmsg(2)`` through cffi's ABI mode (``ffi.dlopen(None)``: libc, no compiler needed), so
+one system call sends every datagram of a tick. ``BatchSocket.send`` returns how many were
+sent; the caller sends the rest another way. ``available()`` is False off Linux, or if cffi or
+the symbol is missing; the mux then sends each datagram with ``sendto``.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+try:
+    import cffi
+except ImportError:  # pragma: no cover - cffi comes with pylibsrtp
+    cffi = None
+
+_CDEF = """
+struct iovec { void *iov_base; size_t iov_len; };
+struct msghdr {
+    void *msg_name; unsigned int msg_namelen; struct iovec *msg_iov; size_t msg_iovlen;
+    void *msg_control; size_t msg_controllen; int msg_flags;
+};
+struct mmsghdr { struct msghdr msg_hdr; unsigned int msg_len; };
+int sendmmsg(int sockfd, struct mmsghdr *msgvec, unsigned int vlen, int flags);
+"""
+MAX_BATCH = 1024  # Linux's UIO_MAXIOV: the most sendmmsg takes at once
+_RETRY = (errno.EINTR,)
+_FULL = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+
+_ffi: Any = None
+_lib: Any = None
+
+
+def _load() -> bool:
+    global _ffi, _lib
+    if _lib is not None:
+        return True
+    if cffi is None or not sys.platform.startswith("linux"):
+        return False
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    try:
+        lib = ffi.dlopen(None)
+        lib.sendmmsg  # noqa: B018 - resolves the symbol now
+    except (OSError, AttributeError):
+        return False
+    if ffi.sizeof("struct mmsghdr") != 64:  # the x86_64/aarch64 layout this declares
+        return False
+    _ffi, _lib = ffi, lib
+    return True
+
+
+def available() -> bool:
+    return _load()
+
+
+def sockaddr(addr: tuple[str, int]) -> tuple[Any, int] | None:
+    """A C ``sockaddr_in``/``sockaddr_in6`` for ``addr`` (None if it is not a numeric address)."""
+    if not _load():
+        return None
+    host, port = addr[0], addr[1]
+    try:
+        if ":" in host:
+            raw = (socket.AF_INET6.to_bytes(2, sys.byteorder) + port.to_bytes(2, "big")
+                   + bytes(4) + socket.inet_pton(socket.AF_INET6, host) + bytes(4))
+        else:
+            raw = (socket.AF_INET.to_bytes(2, sys.byteorder) + port.to_bytes(2, "big")
+                   + socket.inet_pton(socket.AF_INET, host) + bytes(8))
+    except (OSError, OverflowError):
+        return None
+    return _ffi.new("char[]", raw), len(raw)
+
+
+class BatchSocket:
+    """One socket's preallocated ``mmsghdr``/``iovec`` arrays (``MAX_BATCH`` of each)."""
+
+    def __init__(self, fd: int) -> None:
+        if not _load():
+            raise OSError("sendmmsg is not available here")
+        self.fd = fd
+        self.calls = 0
+        self._msgs = _ffi.new("struct mmsghdr[]", MAX_BATCH)
+        self._iovs = _ffi.new("struct iovec[]", MAX_BATCH)
+        for i in range(MAX_BATCH):
+            self._msgs[i].msg_hdr.msg_iov = self._iovs + i
+            self._msgs[i].msg_hdr.msg_iovlen = 1
+
+    def send(self, datagrams: Sequence[bytes], names: Sequence[tuple[Any, int]]) -> int:
+        """Send ``datagrams[i]`` to ``names[i]`` (from ``sockaddr``); returns how many went
+        (fewer when the socket's buffer is full: the rest were not sent)."""
+        n = min(len(datagrams), MAX_BATCH)
+        if n == 0:
+            return 0
+        msgs, iovs, from_buffer = self._msgs, self._iovs, _ffi.from_buffer
+        keep = [from_buffer(d) for d in datagrams[:n]]  # alive until the call returns
+        for i in range(n):
+            iov = iovs[i]
+            iov.iov_base = keep[i]
+            iov.iov_len = len(datagrams[i])
+            name, length = names[i]
+            hdr = msgs[i].msg_hdr
+            hdr.msg_name = name
+            hdr.msg_namelen = length
+        sent = 0
+        while sent < n:
+            rc = _lib.sendmmsg(self.fd, msgs + sent, n - sent, 0)
+            self.calls += 1
+            if rc < 0:
+                err = _ffi.errno
+                if err in _RETRY:
+                    continue
+                if err in _FULL:
+                    break
+                # a datagram the kernel refuses (EMSGSIZE, unreachable...): skip it
+                sent += 1
+                continue
+            sent += rc
+        return sent

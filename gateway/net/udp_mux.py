@@ -1,0 +1,375 @@
+"""One UDP socket serving every session of a worker (mediasoup's WebRtcServer, LiveKit's and
+pion's UDPMux): each session's ICE agent gets an ``MuxEndpoint`` -- an asyncio datagram
+transport of its own that sends through the shared socket -- and the mux hands every datagram
+that arrives to the endpoint it belongs to:
+
+- a STUN binding request, by its USERNAME's first part (our ufrag; an ICE restart adds the new
+  one): that also binds the request's source address to the endpoint;
+- a STUN response, by its transaction id (recorded when the endpoint sent the request: consent
+  checks, connectivity checks, a STUN server's answer);
+- anything else (DTLS, SRTP, SRTCP, STUN indications), by its source address.
+
+Anything the tables do not name is dropped and counted (``MuxStats``). Closing an endpoint
+removes every entry of it. Addresses per endpoint and transactions in flight are bounded.
+
+Datagrams queued with ``send_batched`` (the RTP of one tick) leave together after the current
+callback: one ``sendmmsg`` (net/sendmmsg.py) where available, else one ``sendto`` each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, cast
+
+from gateway.net import sendmmsg
+from gateway.net.stun_fields import REQUEST, is_stun, local_ufrag, stun_class, transaction_id
+
+log = logging.getLogger(__name__)
+
+Address = tuple[str, int]
+MAX_ADDRESSES_PER_ENDPOINT = 32  # a peer's candidates that checked us; more are refused
+MAX_TRANSACTIONS = 8192  # outgoing STUN requests awaiting a response, oldest forgotten first
+MAX_UFRAGS_PER_ENDPOINT = 2  # the current ufrag and the one before an ICE restart
+SOCKET_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.[rw]mem_max
+
+
+class DatagramReceiver(Protocol):
+    """What an endpoint delivers to (aioice's ``StunProtocol`` is one)."""
+
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None: ...
+
+    def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+@dataclass
+class MuxStats:
+    endpoints: int = 0
+    addresses: int = 0
+    received: int = 0
+    routed_by_ufrag: int = 0
+    routed_by_transaction: int = 0
+    routed_by_address: int = 0
+    dropped_unknown: int = 0
+    refused_addresses: int = 0
+    sent: int = 0
+    batches: int = 0
+    batched: int = 0
+    send_failed: int = 0
+
+    def as_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class _Closed:
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+_CLOSED = _Closed()
+
+
+class MuxEndpoint(asyncio.DatagramTransport):
+    """One session's view of the shared socket (what aioice's protocol calls its transport)."""
+
+    def __init__(self, mux: UdpMux, receiver: DatagramReceiver, ufrag: str) -> None:
+        super().__init__()
+        self.mux = mux
+        self.receiver = receiver
+        self.ufrags: list[str] = [ufrag]
+        self.addresses: set[Address] = set()
+        self._closing = False
+
+    # asyncio.DatagramTransport
+
+    def sendto(self, data: bytes, addr: Any = None) -> None:  # type: ignore[override]
+        if self._closing or addr is None:
+            return
+        self.mux.sendto(self, data, (addr[0], addr[1]))
+
+    def send_batched(self, data: bytes, addr: Address) -> None:
+        """Queue ``data`` for ``addr``: it leaves with the rest of this callback's datagrams."""
+        if not self._closing:
+            self.mux.queue(data, addr)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        self.mux.detach(self)
+        self.mux.loop.call_soon(self._lost)
+
+    def _lost(self) -> None:
+        receiver, self.receiver = self.receiver, _CLOSED  # no cycle left with the protocol
+        receiver.connection_lost(None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "sockname":
+            return self.mux.local_address
+        if name == "peername":
+            return None
+        return default  # no "socket": it is not this endpoint's to configure
+
+    def add_ufrag(self, ufrag: str) -> None:
+        """An ICE restart: requests for ``ufrag`` reach this endpoint too (the latest two)."""
+        self.mux.add_ufrag(self, ufrag)
+
+
+class UdpMux(asyncio.DatagramProtocol):
+    """The shared socket of one local address and its routing tables."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.stats = MuxStats()
+        self.local_address: Address = ("", 0)
+        self._transport: asyncio.DatagramTransport | None = None
+        self._by_ufrag: dict[str, MuxEndpoint] = {}
+        self._by_address: dict[Address, MuxEndpoint] = {}
+        self._by_transaction: OrderedDict[bytes, MuxEndpoint] = OrderedDict()
+        self._batch: list[bytes] = []
+        self._batch_names: list[tuple[Any, int]] = []
+        self._batch_addresses: list[Address] = []
+        self._names: dict[Address, tuple[Any, int] | None] = {}
+        self._flush_scheduled = False
+        self._batch_socket: sendmmsg.BatchSocket | None = None
+        self._sendto: Callable[[bytes, Address], None] = self._unbound_sendto
+        self.use_sendmmsg = True
+
+    @classmethod
+    async def bind(cls, host: str, port: int = 0, use_sendmmsg: bool = True) -> UdpMux:
+        loop = asyncio.get_running_loop()
+        mux = cls(loop)
+        mux.use_sendmmsg = use_sendmmsg
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        await loop.create_datagram_endpoint(lambda: mux, local_addr=(host, port), family=family)
+        return mux
+
+    # asyncio.DatagramProtocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.DatagramTransport, transport)  # asyncio's is not a subclass
+        self._transport = transport
+        self._sendto = transport.sendto  # type: ignore[assignment]
+        name = transport.get_extra_info("sockname")
+        self.local_address = (name[0], name[1])
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            for option in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+                except OSError:
+                    pass
+            if self.use_sendmmsg and sendmmsg.available():
+                self._batch_socket = sendmmsg.BatchSocket(sock.fileno())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        self._sendto = self._unbound_sendto
+        for endpoint in list(self._by_ufrag.values()) + list(self._by_address.values()):
+            endpoint.close()
+
+    def error_received(self, exc: Exception) -> None:
+        log.debug("udp mux %s: %s", self.local_address, exc)
+
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:  # type: ignore[override]
+        source: Address = (addr[0], addr[1])
+        self.stats.received += 1
+        endpoint: MuxEndpoint | None
+        if data and data[0] < 4 and is_stun(data):
+            if stun_class(data) == REQUEST:
+                ufrag = local_ufrag(data)
+                endpoint = self._by_ufrag.get(ufrag) if ufrag is not None else None
+                if endpoint is not None:
+                    self._bind_address(endpoint, source)
+                    self.stats.routed_by_ufrag += 1
+                    endpoint.receiver.datagram_received(data, source)
+                    return
+            else:
+                endpoint = self._by_transaction.pop(transaction_id(data), None)
+                if endpoint is not None and not endpoint.is_closing():
+                    self.stats.routed_by_transaction += 1
+                    endpoint.receiver.datagram_received(data, source)
+                    return
+        endpoint = self._by_address.get(source)
+        if endpoint is None:
+            self.stats.dropped_unknown += 1
+            return
+        self.stats.routed_by_address += 1
+        endpoint.receiver.datagram_received(data, source)
+
+    # endpoints
+
+    def attach(self, receiver: DatagramReceiver, ufrag: str) -> MuxEndpoint:
+        """A transport for ``receiver``, reached by STUN requests for ``ufrag``."""
+        if self._transport is None:
+            raise ConnectionError("the UDP mux is not bound")
+        if ufrag in self._by_ufrag:
+            raise ValueError(f"ufrag {ufrag!r} is already served by this socket")
+        endpoint = MuxEndpoint(self, receiver, ufrag)
+        self._by_ufrag[ufrag] = endpoint
+        self.stats.endpoints += 1
+        return endpoint
+
+    def add_ufrag(self, endpoint: MuxEndpoint, ufrag: str) -> None:
+        if endpoint.is_closing() or ufrag in endpoint.ufrags:
+            return
+        owner = self._by_ufrag.get(ufrag)
+        if owner is not None and owner is not endpoint:
+            raise ValueError(f"ufrag {ufrag!r} is already served by this socket")
+        endpoint.ufrags.append(ufrag)
+        self._by_ufrag[ufrag] = endpoint
+        while len(endpoint.ufrags) > MAX_UFRAGS_PER_ENDPOINT:
+            old = endpoint.ufrags.pop(0)
+            if self._by_ufrag.get(old) is endpoint:
+                del self._by_ufrag[old]
+
+    def owner_of(self, ufrag: str) -> MuxEndpoint | None:
+        return self._by_ufrag.get(ufrag)
+
+    def detach(self, endpoint: MuxEndpoint) -> None:
+        """Forget every entry of ``endpoint`` (its transactions lapse: they name a closed one)."""
+        for ufrag in endpoint.ufrags:
+            if self._by_ufrag.get(ufrag) is endpoint:
+                del self._by_ufrag[ufrag]
+        for address in endpoint.addresses:
+            if self._by_address.get(address) is endpoint:
+                del self._by_address[address]
+                self._names.pop(address, None)
+        self.stats.addresses -= len(endpoint.addresses)
+        endpoint.addresses.clear()
+        self.stats.endpoints -= 1
+
+    def _bind_address(self, endpoint: MuxEndpoint, address: Address) -> None:
+        owner = self._by_address.get(address)
+        if owner is endpoint:
+            return
+        if len(endpoint.addresses) >= MAX_ADDRESSES_PER_ENDPOINT:
+            self.stats.refused_addresses += 1
+            return
+        if owner is not None:  # the address now checks another session: it moved there
+            owner.addresses.discard(address)
+            self.stats.addresses -= 1
+        self._by_address[address] = endpoint
+        endpoint.addresses.add(address)
+        self.stats.addresses += 1
+
+    @property
+    def entries(self) -> dict[str, int]:
+        return {"ufrags": len(self._by_ufrag), "addresses": len(self._by_address),
+                "transactions": len(self._by_transaction)}
+
+    # sending
+
+    def sendto(self, endpoint: MuxEndpoint, data: bytes, addr: Address) -> None:
+        if data and data[0] < 4 and is_stun(data) and stun_class(data) == REQUEST:
+            table = self._by_transaction
+            table[transaction_id(data)] = endpoint
+            if len(table) > MAX_TRANSACTIONS:
+                table.popitem(last=False)
+        self.stats.sent += 1
+        self._sendto(data, addr)
+
+    def queue(self, data: bytes, addr: Address) -> None:
+        self._batch.append(data)
+        self._batch_addresses.append(addr)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self.flush)
+        elif len(self._batch) >= sendmmsg.MAX_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send every queued datagram now."""
+        self._flush_scheduled = False
+        batch, addresses = self._batch, self._batch_addresses
+        if not batch:
+            return
+        self._batch, self._batch_addresses = [], []
+        n = len(batch)
+        self.stats.sent += n
+        self.stats.batches += 1
+        self.stats.batched += n
+        sent = 0
+        batch_socket = self._batch_socket
+        if batch_socket is not None and self._transport is not None:
+            names = self._names
+            resolved = []
+            for address in addresses:
+                name = names.get(address)
+                if name is None:
+                    name = names[address] = sendmmsg.sockaddr(address)
+                    if name is None:
+                        break
+                resolved.append(name)
+            if len(resolved) == n:
+                sent = batch_socket.send(batch, resolved)
+        sendto = self._sendto
+        for i in range(sent, n):  # no sendmmsg, or the socket's buffer filled: asyncio's way
+            try:
+                sendto(batch[i], addresses[i])
+            except (OSError, ConnectionError):
+                self.stats.send_failed += 1
+
+    def _unbound_sendto(self, data: bytes, addr: Address) -> None:
+        self.stats.send_failed += 1
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class MuxGroup:
+    """A worker's shared sockets: one per host address, all on the same port (port 0: the
+    first gets a free one, the others take the same number)."""
+
+    def __init__(self, hosts: list[str], port: int, use_sendmmsg: bool = True) -> None:
+        self.hosts = hosts
+        self.port = port
+        self.use_sendmmsg = use_sendmmsg
+        self.muxes: dict[str, UdpMux] = {}
+
+    async def start(self) -> None:
+        port = self.port
+        for host in self.hosts:
+            try:
+                mux = await UdpMux.bind(host, port, self.use_sendmmsg)
+            except OSError as exc:
+                if not self.muxes and host == self.hosts[-1]:
+                    raise
+                log.warning("UDP mux: could not bind %s:%d (%s)", host, port, exc)
+                continue
+            self.muxes[host] = mux
+            port = mux.local_address[1]
+        if not self.muxes:
+            raise OSError("UDP mux: no host address to bind")
+        self.port = port
+        log.info("UDP mux: one socket per host address on port %d (%s)", port,
+                 ", ".join(self.hosts))
+
+    def get(self, host: str) -> UdpMux | None:
+        return self.muxes.get(host)
+
+    def stats(self) -> dict[str, Any]:
+        total = MuxStats()
+        for mux in self.muxes.values():
+            for name, value in mux.stats.as_json().items():
+                setattr(total, name, getattr(total, name) + value)
+        return {"port": self.port, "sockets": len(self.muxes), **total.as_json()}
+
+    def close(self) -> None:
+        for mux in self.muxes.values():
+            mux.close()
+        self.muxes.clear()
