@@ -73,6 +73,21 @@ async def test_bearer_tokens_static_and_jwt(start_gateway):
     body = {"input": "hi", "voice": "tone"}
     async with gateway.http.post(f"{gateway.url}/v1/audio/speech", json=body) as r:
         assert r.status == 401  # the HTTP speech routes too
+    # RFC 6750 2.3: a GET may carry the token as ?access_token= (<audio src>, EventSource)
+    query = "input=hi&voice=tone&response_format=pcm"
+    async with gateway.http.get(f"{gateway.url}/v1/audio/speech?{query}") as r:
+        assert r.status == 401
+    async with gateway.http.get(f"{gateway.url}/v1/audio/speech?{query}&access_token=nope") as r:
+        assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_token"
+    for token in ("static-token", good_jwt):
+        async with gateway.http.get(
+            f"{gateway.url}/v1/audio/speech?{query}&access_token={token}"
+        ) as r:
+            assert r.status == 200 and len(await r.read()) > 0
+    async with gateway.http.post(  # but never for a request that changes state
+        f"{gateway.url}/v1/sessions?access_token=static-token", data=CHROMIUM, headers=SDP_HEADERS
+    ) as r:
+        assert r.status == 401
     for open_path in ("/healthz", "/metrics", "/v1/voices"):
         async with gateway.http.get(gateway.url + open_path) as r:
             assert r.status == 200, open_path

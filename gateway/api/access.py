@@ -129,13 +129,26 @@ class TokenCheck:
         raise ApiError(401, "invalid_token", "the token is not valid", invalid)
 
 
+def _credentials(request: web.Request) -> str | None:
+    """The Authorization header; for a GET without one, RFC 6750 section 2.3's
+    ``access_token`` query parameter -- what an ``<audio src>`` or an ``EventSource`` (neither
+    can send headers) carries. Never for requests that change state: a token in a URL ends up
+    in histories and logs, so it may only read."""
+    header = request.headers.get("Authorization")
+    if header is None and request.method in ("GET", "HEAD"):
+        token = request.query.get("access_token")
+        if token:
+            return f"Bearer {token}"
+    return header
+
+
 def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
     check = TokenCheck(policy)
 
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if policy.auth_required and not _is_open(request):
-            check.check(request.headers.get("Authorization"))
+            check.check(_credentials(request))
         return await handler(request)
 
     return auth

@@ -189,6 +189,8 @@ def document(
             }
         if auth and not op.open:
             operation["security"] = [{"bearer": []}]
+            if op.method == "get":  # RFC 6750 2.3, for <audio src> and EventSource
+                operation["security"].append({"access_token": []})
         paths.setdefault(op.path, {})[op.method] = operation
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -198,7 +200,12 @@ def document(
         "components": {"schemas": schemas},
     }
     if auth:
-        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["components"]["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "access_token": {"type": "apiKey", "in": "query", "name": "access_token",
+                             "description": "GET only: the bearer token in the URL (RFC 6750 "
+                             "section 2.3), for clients that cannot send headers"},
+        }
     return doc
 
 
