@@ -7,6 +7,10 @@ degrade the datagrams this client receives, in-process and seeded; ``--impair-se
 what it sends too (NACKs). ``--raw`` decodes the raw capture offline instead; ``--no-red`` does
 not offer RFC 2198 RED.
 
+``--mic question.wav`` talks instead (a gateway run with ``--duplex``): the WAV is spoken into
+the session's microphone in real time; the final transcript, the reply and the latency split
+are printed (``mic_run``).
+
 ``--http`` plays the gateway's HTTP stream instead, through the same receive path: the framed
 stream (``POST /v1/speech/stream``), or with ``--http-format ogg`` the OpenAI route's Ogg Opus
 (``/v1/audio/speech?response_format=opus``); ``--pace asap|live``.
@@ -29,6 +33,7 @@ from gateway import aiortc_compat
 from gateway.client.capture import decode, first_audible
 from gateway.client.first_audio import FirstAudible
 from gateway.client.http_run import add_http_arguments, run_http
+from gateway.client.mic_run import print_report, run_mic
 from gateway.client.peer import GatewayClient, GatewayError
 from gateway.client.wav_sink import WavSink
 from gateway.media.opus_codec import SAMPLE_RATE
@@ -42,7 +47,11 @@ _TAIL_PERIODS = 10  # played after the last frame, so the WAV ends in the silenc
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gateway.client", description=__doc__)
     p.add_argument("--url", default="http://127.0.0.1:8080", help="the gateway's base URL")
-    p.add_argument("--text", required=True, help="what the gateway should say")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", help="what the gateway should say")
+    what.add_argument("--mic", metavar="WAV",
+                      help="speak this WAV (any rate/channels) into a --duplex gateway's "
+                      "microphone in real time; print the transcript, reply and latency split")
     p.add_argument("--voice", default=None, help="voice name (default: the gateway's)")
     p.add_argument("--out", default="reply.wav", help="WAV file for what was heard (24 kHz)")
     p.add_argument(
@@ -86,6 +95,10 @@ async def _play_out(client: GatewayClient, last_seq: int | None, timeout: float)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.mic:
+        if args.http or args.raw:
+            raise ValueError("--mic talks over WebRTC through the receive path: no --http/--raw")
+        return await run_mic(args)
     if args.http:
         return await run_http(args, _TAIL_PERIODS)
     return await run_webrtc(args)
@@ -169,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     if args.json:
         print(json.dumps(stats))
+    elif args.mic:
+        print_report(stats)
     else:
         for key, value in stats.items():
             if isinstance(value, dict):

@@ -1,6 +1,7 @@
 """A headless WebRTC listener for the gateway's WHEP-style API, built on aiortc.
 
-It offers recvonly audio, posts the offer as ``application/sdp``, taps raw RTP (no aiortc jitter
+It offers recvonly audio (sendrecv with a microphone track: ``connect(mic=...)``), posts the
+offer as ``application/sdp``, taps raw RTP (no aiortc jitter
 buffer or decoder) and asks for speech through the HTTP API. Every packet goes to the raw
 capture (``capture``: counts and the newest sequence number for the ``wait_*`` calls; the
 packets themselves only with ``capture=True`` or a bound) and, with ``receive_path``, to our own
@@ -25,6 +26,7 @@ from typing import Any
 
 import aiohttp
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc.mediastreams import MediaStreamTrack
 
 from gateway import aiortc_compat
 from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture
@@ -169,9 +171,14 @@ class GatewayClient:
 
             aiortc_compat.impair_outgoing(transport, wrap_out)
 
-    async def connect(self, timeout: float = 10.0) -> None:
+    async def connect(self, timeout: float = 10.0, mic: MediaStreamTrack | None = None) -> None:
+        """Offer recvonly audio, or with ``mic`` (an audio track) sendrecv: the gateway (run
+        with ``--duplex``) then hears the track as the user's microphone."""
         started = time.monotonic()
-        transceiver = self.pc.addTransceiver("audio", direction="recvonly")
+        if mic is not None:
+            transceiver = self.pc.addTransceiver(mic, direction="sendrecv")
+        else:
+            transceiver = self.pc.addTransceiver("audio", direction="recvonly")
         self.transceiver = transceiver
         aiortc_compat.tap_rtp(
             transceiver.receiver, self._on_rtp, bypass_decoder=not self._aiortc_decoder

@@ -9,6 +9,15 @@ the recogniser has a free worker, and not once the user has been quiet for ``par
 s); when the turn ends its final decode runs, finals one after another in turn order, so each
 listener has at most one final queued on the recogniser. Partials of a turn that has ended are
 dropped. A failed final decode is reported as ``TranscriptionFailed``, and hearing goes on.
+
+Speculative finals (``speculate_ms``, 200 by default; None = off): once the user has been quiet
+that long (at least the turn detector's post-speech pad, so the segment's audio is complete),
+the final decode of the segment as it would end now starts at once, while the turn detector
+still waits for its ``stop_ms`` of silence. If the turn then ends with no new voiced frame (the
+same audio), that decode is the final transcript: the endpointing wait hides the ASR time. If
+the user resumes, it is discarded (cancelled if it has not started on the recogniser yet) and
+a later one is made when they stop again. A segment too short to decode ends as
+``SegmentSkipped``.
 """
 
 from __future__ import annotations
@@ -50,6 +59,23 @@ class FinalTranscript:
     text: str
     transcript: Transcript
     stopped: SpeechStopped
+    speculative: bool = False  # decoded before the turn ended (a speculation committed)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSkipped:
+    """The turn's segment was too short to decode: no final transcript comes for it."""
+
+    turn: int
+    stopped: SpeechStopped
+
+
+@dataclass(eq=False, slots=True)
+class _Speculation:
+    turn: int
+    stopped_at: float  # the stream time SpeechStopped.at would have
+    samples: int
+    task: asyncio.Task[Transcript | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,14 +85,16 @@ class TranscriptionFailed:
 
 
 ListenEvent = (SpeechStarted | BargeIn | SpeechStopped | PartialTranscript | FinalTranscript
-               | TranscriptionFailed)
+               | TranscriptionFailed | SegmentSkipped)
+_Final = tuple[int, SpeechStopped, _Speculation | None]
 
 
 class Listener:
     def __init__(self, recognizer: Recognizer, *, vad: VoiceDetector | None = None,
                  turns: TurnOptions | None = None, partials: bool = True,
                  partial_interval: float = DEFAULT_INTERVAL,
-                 min_final_seconds: float = 0.25, partial_quiet: float = 0.2) -> None:
+                 min_final_seconds: float = 0.25, partial_quiet: float = 0.2,
+                 speculate_ms: int | None = 200) -> None:
         self.recognizer = recognizer
         self.vad = vad or SileroVad()
         self.detector = TurnDetector(turns)
@@ -74,9 +102,18 @@ class Listener:
         self.partial_interval = partial_interval
         self.min_final_seconds = min_final_seconds
         self.partial_quiet = partial_quiet  # no new partial after this much trailing silence
+        if speculate_ms is not None and speculate_ms <= 0:
+            speculate_ms = None
+        self.speculate_ms = speculate_ms
+        self._speculate_frames = (None if speculate_ms is None
+                                  else self.detector.options.frames(speculate_ms))
+        self._speculation: _Speculation | None = None
+        self.speculations = 0  # speculative final decodes started
+        self.speculations_used = 0  # ... that became the final transcript
+        self.speculations_discarded = 0  # ... dropped: the user spoke again
         self.turn = 0  # the current (or last) turn's number, from 1
         self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
-        self._finals: asyncio.Queue[tuple[int, SpeechStopped] | None] = asyncio.Queue()
+        self._finals: asyncio.Queue[_Final | None] = asyncio.Queue()
         self._partial_task: asyncio.Task[None] | None = None
         self._final_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -89,6 +126,7 @@ class Listener:
         pcm = as_int16(frame)
         events = self.detector.push(pcm, self.vad.probability(pcm))
         self._handle(events)
+        self._speculate()
         return events
 
     def flush(self) -> list[TurnEvent]:
@@ -104,8 +142,51 @@ class Listener:
                 self._start_partials(self.turn)
             elif isinstance(event, SpeechStopped):
                 self._stop_partials()
+                self._events.put_nowait(event)
                 self._final(self.turn, event)
+                continue
             self._events.put_nowait(event)
+
+    # -- speculative finals -----------------------------------------------------------------
+    def _speculate(self) -> None:
+        """After each frame: drop a speculation the user talked over; start one once the
+        user has been quiet ``speculate_ms``."""
+        detector = self.detector
+        spec = self._speculation
+        if spec is not None and (spec.turn != self.turn or not detector.in_speech
+                                 or detector.time(detector.last_voiced + 1) != spec.stopped_at):
+            self._discard_speculation()
+        if (self._speculate_frames is None or self._speculation is not None
+                or not detector.in_speech
+                or detector.silence < detector.time(self._speculate_frames)):
+            return
+        audio = detector.closing_audio()
+        if audio is None or len(audio) < self.min_final_seconds * RATE:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self.recognizer.transcribe(audio, final=True), name="asr-speculative")
+        task.add_done_callback(_consume_exception)
+        self._speculation = _Speculation(self.turn, detector.time(detector.last_voiced + 1),
+                                         len(audio), task)
+        self.speculations += 1
+
+    def _discard_speculation(self) -> None:
+        spec, self._speculation = self._speculation, None
+        if spec is not None:
+            spec.task.cancel()  # a decode not started yet leaves the recogniser's queue
+            self.speculations_discarded += 1
+
+    def _take_speculation(self, turn: int, stopped: SpeechStopped) -> _Speculation | None:
+        spec, self._speculation = self._speculation, None
+        if spec is None:
+            return None
+        if spec.turn == turn and spec.stopped_at == stopped.at \
+                and spec.samples == len(stopped.audio):
+            self.speculations_used += 1
+            return spec
+        spec.task.cancel()
+        self.speculations_discarded += 1
+        return None
 
     # -- output -----------------------------------------------------------------------------
     async def events(self) -> AsyncIterator[ListenEvent]:
@@ -139,23 +220,32 @@ class Listener:
 
     # -- finals -----------------------------------------------------------------------------
     def _final(self, turn: int, stopped: SpeechStopped) -> None:
+        spec = self._take_speculation(turn, stopped)
         if len(stopped.audio) < self.min_final_seconds * RATE:
+            self._events.put_nowait(SegmentSkipped(turn, stopped))
             return
-        self._finals.put_nowait((turn, stopped))
+        self._finals.put_nowait((turn, stopped, spec))
         if self._final_task is None:
             self._final_task = asyncio.get_running_loop().create_task(self._run_finals())
 
     async def _run_finals(self) -> None:
         while (item := await self._finals.get()) is not None:
-            turn, stopped = item
+            turn, stopped, spec = item
             try:
-                transcript = await self.recognizer.transcribe(stopped.audio, final=True)
+                if spec is not None:
+                    transcript = await spec.task
+                else:
+                    transcript = await self.recognizer.transcribe(stopped.audio, final=True)
             except RecognitionError as exc:
                 self._events.put_nowait(TranscriptionFailed(turn, exc))
                 continue
             if transcript is not None:
                 self._events.put_nowait(FinalTranscript(turn, transcript.text, transcript,
-                                                        stopped))
+                                                        stopped, speculative=spec is not None))
+
+    def stats(self) -> dict[str, int]:
+        return {"speculations": self.speculations, "speculations_used": self.speculations_used,
+                "speculations_discarded": self.speculations_discarded}
 
     async def close(self, *, drain: bool = False) -> None:
         """Stop hearing. ``drain``: let queued final decodes finish (and be reported) first."""
@@ -163,6 +253,8 @@ class Listener:
             return
         self._closed = True
         self._stop_partials()
+        if self._speculation is not None and not drain:
+            self._discard_speculation()
         if self._final_task is not None:
             if drain:
                 self._finals.put_nowait(None)
@@ -172,3 +264,9 @@ class Listener:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._final_task
         self._events.put_nowait(None)
+
+
+def _consume_exception(task: asyncio.Task[Transcript | None]) -> None:
+    """A discarded speculation's failure is nobody's: do not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -156,6 +156,22 @@ class TurnDetector:
         """Seconds of unvoiced frames in a row at the end of the turn so far (0 when voiced)."""
         return self._unvoiced * self.options.frame_ms / 1000.0 if self.in_speech else 0.0
 
+    @property
+    def last_voiced(self) -> int:
+        """Frame index of the last voiced frame (of the turn in progress, or the last one)."""
+        return self._last_voiced
+
+    def closing_audio(self) -> np.ndarray | None:
+        """The segment ``SpeechStopped.audio`` would hold if the turn ended now, once its
+        post-speech pad is complete (the user quiet at least ``post_speech_ms``); else None.
+        Until another voiced frame arrives the turn's final audio is exactly this."""
+        if not self.in_speech or self._unvoiced < self._post:
+            return None
+        keep = self._last_voiced + 1 + self._post - self._segment_first
+        if keep <= 0 or keep > len(self._segment):
+            return None
+        return np.concatenate(self._segment[:keep])
+
     def segment_audio(self) -> np.ndarray:
         """The current turn's audio so far (pre-speech pad included); empty when not in speech."""
         if not self._segment:

@@ -29,6 +29,7 @@ from gateway.listen.listener import (
     FinalTranscript,
     Listener,
     PartialTranscript,
+    SegmentSkipped,
     TranscriptionFailed,
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
@@ -50,7 +51,11 @@ class Turn:
     detected_at: float | None = None  # when the turn was declared over (endpointing)
     transcript_at: float | None = None
     text: str = ""
+    asr_decode_s: float | None = None  # the recogniser's own time for the final
+    asr_wait_s: float | None = None  # ... and its queue wait (behind other decodes)
+    speculative: bool = False  # the final was decoded before the turn ended
     first_text_at: float | None = None  # the agent's first clause
+    replied_at: float | None = None  # the agent's reply complete (every clause said)
     reply: list[str] = field(default_factory=list)
     utterances: list[Utterance] = field(default_factory=list)
     interrupted: bool = False
@@ -69,7 +74,9 @@ class Turn:
         return {
             "turn": self.number, "text": self.text, "reply": " ".join(self.reply),
             "utterances": [u.id for u in self.utterances], "interrupted": self.interrupted,
-            "error": self.error,
+            "error": self.error, "reply_done": self.replied_at is not None,
+            "asr": {"speculative": self.speculative,
+                    "decode_ms": ms(0.0, self.asr_decode_s), "wait_ms": ms(0.0, self.asr_wait_s)},
             "latency_ms": {
                 "endpointing": ms(end, self.detected_at),
                 "asr": ms(self.detected_at, self.transcript_at),
@@ -186,8 +193,16 @@ class Duplex:
             if turn is not None:
                 turn.transcript_at = time.monotonic()
                 turn.text = event.text
+                turn.speculative = event.speculative
+                turn.asr_decode_s = event.transcript.decode_seconds or None
+                if event.transcript.decode_seconds:
+                    turn.asr_wait_s = max(0.0, event.transcript.latency
+                                          - event.transcript.decode_seconds)
                 if event.text.strip():
                     self._answer(turn)
+        elif isinstance(event, SegmentSkipped):
+            # too short to decode (a click, a cough that passed the VAD): no reply comes
+            publish("transcript", text="", final=True, turn=event.turn, skipped=True)
         elif isinstance(event, TranscriptionFailed):
             publish("error", code="asr_failed", message=str(event.error), turn=event.turn)
 
@@ -220,7 +235,10 @@ class Duplex:
             self.events.publish("error", code="agent_failed", message=str(exc),
                                 turn=turn.number)
             return
+        turn.replied_at = time.monotonic()
         self.history.record(turn.text, " ".join(turn.reply))
+        self.events.publish("reply_done", turn=turn.number, text=" ".join(turn.reply),
+                            utterances=[u.id for u in turn.utterances])
 
     async def close(self) -> None:
         self._closed = True
@@ -235,7 +253,7 @@ class Duplex:
 
     def state(self) -> dict[str, Any]:
         return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
-                "turns": [t.as_json() for t in self.turns]}
+                **self.listener.stats(), "turns": [t.as_json() for t in self.turns]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +266,8 @@ class HearingOptions:
     turn_silence_ms: int = 500
     barge_in_ms: int = 300
     partials: bool = True
+    #: start the final decode after this much silence, before the turn ends (0: off)
+    asr_speculate_ms: int = 200
 
 
 class DuplexFactory:
@@ -275,7 +295,8 @@ class DuplexFactory:
         turns = TurnOptions(stop_ms=self.options.turn_silence_ms,
                             barge_in_ms=self.options.barge_in_ms)
         listener = Listener(self.recognizer, vad=build_vad(self.options.vad), turns=turns,
-                            partials=self.options.partials)
+                            partials=self.options.partials,
+                            speculate_ms=self.options.asr_speculate_ms or None)
         return Duplex(conversation, listener, self.agent, self.voice)
 
     async def close(self) -> None:

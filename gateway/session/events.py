@@ -4,7 +4,8 @@
 that stops reading loses its oldest events (counted in ``dropped``), never blocks the
 publisher, and never holds more than ``maxsize`` events. Event types (full duplex):
 ``speech_started``, ``speech_stopped`` (user VAD), ``transcript`` ``{text, final}``,
-``reply`` ``{text, utterance}``, ``utterance`` ``{id, state}``, ``interrupted`` ``{utterance}``,
+``reply`` ``{text, utterance}``, ``reply_done`` ``{turn, text, utterances}``, ``utterance``
+``{id, state}``, ``interrupted`` ``{utterance}``,
 ``error`` ``{code, message}``.
 """
 

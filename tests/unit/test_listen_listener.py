@@ -99,7 +99,8 @@ async def test_partials_arrive_while_speaking_and_never_after_the_turn():
 
 async def test_a_failed_final_is_reported_and_hearing_goes_on():
     rec = ScriptedRecognizer([RecognitionError("server down"), "And tomorrow?"])
-    listener = Listener(rec, partials=False)
+    # one scripted answer per turn: no speculative decodes (a discarded one would take one)
+    listener = Listener(rec, partials=False, speculate_ms=None)
     reader = asyncio.create_task(collect(listener))
     await hear(listener, two_questions())
     await listener.close(drain=True)
