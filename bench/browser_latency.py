@@ -1,80 +1,216 @@
-"""Click Connect -> first audio packet in real headless Chromium, through the demo page.
+"""Latency where the listener is: real headless Chromium, each step of the chain measured.
 
-The gateway runs as its own process (``python -m gateway``, tone voices, host candidates on
-127.0.0.1); Chromium (Debian's, via Playwright) loads the demo page from it. Each run opens a fresh
-page, waits until the page has its offer ready (as it would be long before a person clicks),
-clicks Connect and reads the page's own timing (``window.gatewayDemo.timing``):
+    .venv/bin/python -m bench.browser_latency [--runs 8] [--gateway-arg=--flag ...]
+    make bench-browser
 
-- first_packet_ms: the click -> arrival of the first RTP packet, dated by Chromium's inbound-rtp
-  ``lastPacketReceivedTimestamp`` on the first stats poll that sees a packet (polled every 4 ms;
-  when that poll already sees more than one packet the time is that of the latest, so the figure
-  is an upper bound);
-- offer_posted_ms / answer_ms / connected_ms: where that time goes;
-- speak_to_sound_ms: click Speak -> the page's AnalyserNode hears the tone (includes Chromium's
-  jitter buffer and audio rendering).
+The gateway runs as ``make run`` starts it (its own process, the embedded Piper voice first and
+so the default, ``--duplex --agent echo``, ICE host candidates on every interface but loopback),
+plus a CosyVoice stand-in voice (``gateway.testing.cosyvoice_server``, its own process, 150 ms to
+its first chunk). Chromium (Debian's, via Playwright) loads a bench-only page
+(``bench/pages/latency.html``, served by Playwright at the gateway's origin, not by the
+gateway): a plain WHEP player whose remote track feeds an AudioWorklet onset detector.
 
-The first run in a fresh browser pays one-off costs (audio device, WebRTC stack start-up); it is
-recorded as ``cold`` and left out of the statistics. Target: median first_packet_ms <= 100.
+**Clocks.** Page and gateway run on this machine: the page dates everything as
+``performance.timeOrigin + performance.now()`` (Unix epoch ms), the gateway exports its
+monotonic readings as Unix epoch ms (``*_timeline_unix_ms``, gateway/runtime/clock.py); both
+are this machine's CLOCK_REALTIME, so one chain can mix them. ``clock_check_ms`` (the
+gateway's arrival of a request minus the page's send) must stay small and positive.
 
-    .venv/bin/python -m bench.browser_latency [--runs 9]
+**Connect** (trickle: the offer POSTed at once with no candidates, later ones PATCHed, as simple
+WHEP players do; non-trickle: POSTed once gathering is complete): click -> offer made ->
+(gathered) -> POST -> the gateway's request arrival -> answer -> ICE (and the nominated pair's
+candidate types: a trickle offer's peer is peer-reflexive) -> DTLS -> first packet on the wire
+(the gateway) -> first packet at Chromium (inbound-rtp ``lastPacketReceivedTimestamp``, polled
+every 2 ms while it counts one packet). Target: median click -> first packet <= 100 ms each.
+
+**Speech**, per utterance on one connected session, idle between utterances (a random phase of
+the 20 ms grid): the page's request -> its arrival at the gateway -> synthesis started -> the
+voice's first PCM -> first Opus frame queued -> first packet on the wire (slot wait: queued ->
+sent) -> Chromium played it (``getSynchronizationSources``: the utterance's first RTP timestamp
+delivered to the track, polled every 1 ms) -> audible onset (the first sample >= -34 dBFS in
+the AudioWorklet, its frame on the audio clock mapped to the time it reaches the output by
+``AudioContext.getOutputTimestamp``). Plus Chromium's jitterBufferDelay / target and the
+media-playout delay over the utterance. Cases: the embedded voice (fresh sentences), the
+CosyVoice stand-in, phrase-cache hits (the embedded voice's sentences said again). Targets:
+embedded voice request -> onset median <= 120 ms and <= 40 ms above the voice's own time to
+first PCM (started -> first PCM).
+
+The first connect and the first utterance of each case are warm-ups (recorded, not counted).
+A table is printed; JSON in bench/results/browser_latency.json (or ``--out NAME``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
+import random
 import statistics
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from bench.common import gateway_process, pct, write_results
+from bench.common import free_port, gateway_process, pct, write_results
+from bench.latency import SENTENCES
 from tests.browser.chromium import CHROMIUM, launch
 
-TARGET_MS = 100.0
-VOICES = ["tone=tone:440?seconds=1"]
+PAGE = Path(__file__).resolve().parent / "pages" / "latency.html"
+PAGE_PATH = "/__bench__/latency.html"
+TARGETS = {"connect_first_packet_ms": 100.0, "embedded_onset_ms": 120.0,
+           "embedded_above_first_pcm_ms": 40.0}
+STANDIN_FIRST_CHUNK_MS = 150.0
+MORE_SENTENCES = [
+    "Let me look that up for you now.",
+    "Your table for two is booked at seven.",
+    "The next train leaves in twelve minutes.",
+    "I have sent the receipt to your email.",
+    "That item is back in stock this week.",
+    "Your password was changed a moment ago.",
+]
 
 
-async def one_run(browser: Any, url: str) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def standin(first_chunk_delay_ms: float) -> AsyncIterator[int]:
+    """The CosyVoice stand-in in its own process; yields its HTTP port."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.testing.cosyvoice_server", "--http-port", str(port),
+        "--grpc-port", "-1", "--rate", "24000",
+        "--first-chunk-delay-ms", str(first_chunk_delay_ms),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)  # printed once serving
+        if b"CosyVoice stand-in" not in line:
+            raise RuntimeError(f"stand-in did not start: {line!r}")
+        yield port
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+def _d(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 1)
+
+
+async def open_page(browser: Any, url: str) -> Any:
     context = await browser.new_context()
     page = await context.new_page()
     page.set_default_timeout(30_000)
-    try:
-        await page.goto(url + "/")
-        await page.wait_for_function(
-            "() => window.gatewayDemo?.ready && window.gatewayDemo.prepared?.gathered"
-        )
-        await page.click("#connect")
-        await page.wait_for_function("() => window.gatewayDemo.timing.firstPacketAt !== null")
-        t = await page.evaluate("window.gatewayDemo.timing")
-        await page.fill("#text", "A tone, please.")
-        await page.click("#speak")
-        await page.wait_for_function("() => window.gatewayDemo.lastSpeak?.ms != null")
-        speak_ms = await page.evaluate("window.gatewayDemo.lastSpeak.ms")
-        await page.click("#disconnect")
-    finally:
-        await context.close()
+    html = PAGE.read_text()
 
-    def since_click(key: str) -> float | None:
-        return None if t.get(key) is None else round(t[key] - t["clickedAt"], 1)
+    async def serve(route: Any) -> None:
+        await route.fulfill(status=200, content_type="text/html", body=html)
 
+    await page.route(url + PAGE_PATH, serve)
+    await page.goto(url + PAGE_PATH)
+    await page.wait_for_function("() => window.bench?.ready")
+    return page
+
+
+async def connect_once(page: Any, url: str, trickle: bool) -> dict[str, Any]:
+    t = await page.evaluate("([u, tr]) => window.bench.connect(u, tr)", [url, trickle])
+    state = await page.evaluate("window.bench.session()")
+    while state["connect_timeline_unix_ms"]["first_packet"] is None:  # not yet in the state
+        state = await page.evaluate("window.bench.session()")
+    gw = state["connect_timeline_unix_ms"]
+    click = t["click"]
     return {
-        "first_packet_ms": round(t["firstPacketMs"], 1),
-        "packets_at_first_poll": t.get("firstPacketCount"),
-        "offer_posted_ms": since_click("offerPostedAt"),
-        "answer_ms": since_click("answerAt"),
-        "connected_ms": since_click("connectedAt"),
-        "first_packet_seen_ms": since_click("firstPacketSeenAt"),
-        "speak_to_sound_ms": round(speak_ms, 1),
+        "trickle": trickle,
+        "offer_created": _d(t["offerCreated"], click),
+        "gathered": _d(t.get("gathered"), click),
+        "offer_posted": _d(t["offerPosted"], click),
+        "gw_request": _d(gw["request"], click),
+        "gw_answer": _d(gw["answer"], click),
+        "answer_at_page": _d(t["answer"], click),
+        "answer_applied": _d(t["answerApplied"], click),
+        "gw_ice": _d(gw["ice"], click),
+        "gw_dtls": _d(gw["dtls"], click),
+        "page_connected": _d(t.get("connected"), click),
+        "gw_first_packet": _d(gw["first_packet"], click),
+        "first_packet_ms": _d(t["firstPacket"], click),
+        "first_packet_count": t["firstPacketCount"],
+        "ice_pair": state.get("ice_pair"),
+        "clock_check_ms": _d(gw["request"], t["offerPosted"]),
+        "output_latency_ms": round((t["baseLatency"] + t["outputLatency"]) * 1000, 1),
     }
 
 
-def summary(values: list[float]) -> dict[str, Any]:
+async def say_once(page: Any, text: str, voice: str | None) -> dict[str, Any]:
+    t = await page.evaluate("([x, v]) => window.bench.say(x, v)", [text, voice])
+    u = t["state"]
+    gw = u["timeline_unix_ms"]
+    req = t["request"]
+    return {
+        "text": text,
+        "voice": u["voice"],
+        "cached": u["cached"],
+        "state": u["state"],
+        "clock_check_ms": _d(gw["request"], req),
+        # the chain, each step from the one before (ms)
+        "http": _d(gw["request"], req),
+        "to_start": _d(gw["started"], gw["request"]),
+        "voice_first_pcm": _d(gw["first_pcm"], gw["started"]),
+        "first_frame": _d(gw["first_frame_queued"], gw["first_pcm"] or gw["started"]),
+        "slot_wait": _d(gw["first_sent"], gw["first_frame_queued"]),
+        "wire_to_played": _d(t["played"], gw["first_sent"]),
+        "played_to_onset": _d(t["onset"], t["played"]),
+        # totals from the page's request
+        "first_sent_ms": _d(gw["first_sent"], req),
+        "played_ms": _d(t["played"], req),
+        "onset_ms": _d(t["onset"], req),
+        "onset_above_first_pcm_ms": _d(_d(t["onset"], req), _d(gw["first_pcm"], gw["started"])),
+        "worklet_report_ms": _d(t["workletReported"], req),
+        "jitter_buffer_ms": None if t["jitterBufferMs"] is None else round(t["jitterBufferMs"], 1),
+        "jitter_buffer_target_ms": None if t["jitterBufferTargetMs"] is None
+        else round(t["jitterBufferTargetMs"], 1),
+        "playout_delay_ms": None if t["playoutDelayMs"] is None else round(t["playoutDelayMs"], 1),
+        "concealed_samples": t["concealed"],
+        "interarrival_jitter_ms": round(t["interarrivalJitterMs"], 2),
+        "response_ms": _d(t["response"], req),
+    }
+
+
+def summary(rows: list[dict[str, Any]], key: str) -> dict[str, float | None]:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    if not values:
+        return {"median": None, "p90": None, "min": None, "max": None, "n": 0}
     return {"median": round(statistics.median(values), 1), "p90": pct(values, 90),
-            "min": min(values), "max": max(values)}
+            "min": min(values), "max": max(values), "n": len(values)}
 
 
-async def main(runs: int) -> int:
+CONNECT_KEYS = ["offer_created", "gathered", "offer_posted", "gw_request", "gw_answer",
+                "answer_at_page", "gw_ice", "gw_dtls", "page_connected", "gw_first_packet",
+                "first_packet_ms", "clock_check_ms"]
+SPEECH_KEYS = ["http", "to_start", "voice_first_pcm", "first_frame", "slot_wait",
+               "wire_to_played", "played_to_onset", "first_sent_ms", "played_ms", "onset_ms",
+               "onset_above_first_pcm_ms", "jitter_buffer_ms", "jitter_buffer_target_ms",
+               "playout_delay_ms", "interarrival_jitter_ms", "clock_check_ms"]
+
+
+async def speech_case(page: Any, texts: list[str], voice: str | None, warm: str,
+                      rng: random.Random) -> dict[str, Any]:
+    async def one(text: str) -> dict[str, Any]:
+        # idle between utterances, and a random phase of the stream's 20 ms grid
+        await asyncio.sleep(0.3 + rng.uniform(0, 0.020))
+        return await say_once(page, text, voice)
+
+    cold = await one(warm)
+    rows = [await one(text) for text in texts]
+    pacer = (await page.evaluate("window.bench.session()"))["pacer"]
+    return {"cold": cold, "rows": rows, "pacer": pacer, "load": load(),
+            **{k: summary(rows, k) for k in SPEECH_KEYS}}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def main(runs: int, gateway_args: list[str], out: str) -> int:
     if not CHROMIUM.exists():
         print(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh", file=sys.stderr)
         return 2
@@ -83,45 +219,92 @@ async def main(runs: int) -> int:
     version = (await asyncio.to_thread(
         subprocess.run, [str(CHROMIUM), "--version"], capture_output=True, text=True, check=False
     )).stdout.strip()
-    async with gateway_process(VOICES) as url, async_playwright() as p:
+    rng = random.Random(17)
+    load_before = load()
+    result: dict[str, Any] = {"chromium": version, "runs": runs, "targets": TARGETS,
+                              "gateway_args": gateway_args, "load_before": load_before}
+    async with contextlib.AsyncExitStack() as stack:
+        port = await stack.enter_async_context(standin(STANDIN_FIRST_CHUNK_MS))
+        voices = ["piper", f"cosy=cosyvoice+http://127.0.0.1:{port}?spk_id=a&rate=24000"]
+        url = await stack.enter_async_context(gateway_process(
+            voices, extra=["--duplex", "--agent", "echo", *gateway_args], ice_hosts="",
+            timeout=180,
+        ))
+        p = await stack.enter_async_context(async_playwright())
         browser = await launch(p)
-        try:
-            cold = await one_run(browser, url)
-            rows = [await one_run(browser, url) for _ in range(runs)]
-        finally:
-            await browser.close()
+        stack.push_async_callback(browser.close)
+        page = await open_page(browser, url)
 
-    first = [r["first_packet_ms"] for r in rows]
-    speak = [r["speak_to_sound_ms"] for r in rows]
-    result = {
-        "chromium": version,
-        "runs": runs,
-        "target_ms": TARGET_MS,
-        "first_packet_ms": summary(first),
-        "speak_to_sound_ms": summary(speak),
-        "meets_target": statistics.median(first) <= TARGET_MS,
-        "cold": cold,
-        "rows": rows,
+        connects: dict[str, Any] = {}
+        for trickle in (True, False):
+            name = "trickle" if trickle else "non_trickle"
+            cold = await connect_once(page, url, trickle)
+            await page.evaluate("window.bench.close()")
+            rows = []
+            for _ in range(runs):
+                rows.append(await connect_once(page, url, trickle))
+                await page.evaluate("window.bench.close()")
+            connects[name] = {"cold": cold, "rows": rows,
+                              **{k: summary(rows, k) for k in CONNECT_KEYS}}
+        result["connect"] = connects
+
+        await connect_once(page, url, True)
+        embedded = (SENTENCES + MORE_SENTENCES)[:runs]
+        speech = {
+            "embedded": await speech_case(page, embedded, None, "Warming up the voice.", rng),
+            "cosyvoice_standin": await speech_case(page, SENTENCES[:runs], "cosy",
+                                                   "Warming up the stand-in.", rng),
+            "cache_hit": await speech_case(page, embedded, None, "Warming up the voice.", rng),
+        }
+        result["speech"] = speech
+        await page.evaluate("window.bench.close()")
+    result["load_after"] = load()
+    emb = speech["embedded"]
+    result["meets"] = {
+        "connect_trickle": connects["trickle"]["first_packet_ms"]["median"]
+        <= TARGETS["connect_first_packet_ms"],
+        "connect_non_trickle": connects["non_trickle"]["first_packet_ms"]["median"]
+        <= TARGETS["connect_first_packet_ms"],
+        "embedded_onset": emb["onset_ms"]["median"] <= TARGETS["embedded_onset_ms"],
+        "embedded_above_first_pcm": emb["onset_above_first_pcm_ms"]["median"]
+        <= TARGETS["embedded_above_first_pcm_ms"],
     }
-    path = write_results("browser_latency", result)
-    print(f"{version}; {runs} runs (+1 cold run, not counted)")
-    print(f"{'run':>4} {'posted':>7} {'answer':>7} {'connected':>9} {'first pkt':>9} "
-          f"{'speak->sound':>12}")
-    for i, r in enumerate([cold, *rows]):
-        label = "cold" if i == 0 else str(i)
-        print(f"{label:>4} {r['offer_posted_ms']:>7} {r['answer_ms']:>7} {r['connected_ms']:>9} "
-              f"{r['first_packet_ms']:>9} {r['speak_to_sound_ms']:>12}")
-    print(f"click -> first audio packet: median {result['first_packet_ms']['median']} ms "
-          f"(p90 {result['first_packet_ms']['p90']}, target <= {TARGET_MS:.0f}); "
-          f"speak -> sound median {result['speak_to_sound_ms']['median']} ms")
+    path = write_results(out, result)
+    print_tables(result)
     print(f"written to {path}")
     return 0
 
 
+def _m(block: dict[str, Any], key: str) -> str:
+    value = block[key]["median"]
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_tables(result: dict[str, Any]) -> None:
+    print(f"{result['chromium']}; medians of {result['runs']} (+1 warm-up each); "
+          f"load {result['load_before']} -> {result['load_after']}")
+    print("connect, ms after the click:")
+    print(f"{'case':<12}" + "".join(f"{k[:14]:>15}" for k in CONNECT_KEYS))
+    for name, block in result["connect"].items():
+        print(f"{name:<12}" + "".join(f"{_m(block, k):>15}" for k in CONNECT_KEYS))
+    for name, block in result["connect"].items():
+        pairs = {str(r["ice_pair"] and (r["ice_pair"]["local"], r["ice_pair"]["remote"]))
+                 for r in block["rows"]}
+        print(f"  {name}: nominated pair (local, remote) {', '.join(sorted(pairs))}")
+    print("speech, ms (steps: each from the one before; totals: from the page's request):")
+    print(f"{'case':<18}" + "".join(f"{k[:14]:>15}" for k in SPEECH_KEYS))
+    for name, block in result["speech"].items():
+        print(f"{name:<18}" + "".join(f"{_m(block, k):>15}" for k in SPEECH_KEYS))
+    print("targets met:", result["meets"])
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=9, help="measured runs (>= 5)")
+    parser.add_argument("--runs", type=int, default=8, help="measured runs per case (>= 8)")
+    parser.add_argument("--gateway-arg", action="append", default=[],
+                        help="a flag for the gateway (repeatable), e.g. --gateway-arg=--foo")
+    parser.add_argument("--out", default="browser_latency", help="results file name")
     args = parser.parse_args()
-    if args.runs < 5:
-        parser.error("--runs must be at least 5")
-    sys.exit(asyncio.run(main(args.runs)))
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    sys.exit(asyncio.run(main(args.runs, args.gateway_arg, args.out)))

@@ -51,11 +51,13 @@ async def wait_healthy(
 
 @contextlib.asynccontextmanager
 async def gateway_process(
-    voices: Sequence[str], extra: Sequence[str] = (), cpu: int | None = None
+    voices: Sequence[str], extra: Sequence[str] = (), cpu: int | None = None,
+    ice_hosts: str = "127.0.0.1", timeout: float = 60,
 ) -> AsyncIterator[str]:
-    """Run ``python -m gateway`` as a user would; yield its base URL."""
+    """Run ``python -m gateway`` as a user would; yield its base URL. ``ice_hosts`` "":
+    every interface but loopback (``make run``'s default)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", "127.0.0.1",
+    cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", ice_hosts,
            "--log-level", "WARNING", *extra]
     for v in voices:
         cmd += ["--voice", v]
@@ -67,7 +69,7 @@ async def gateway_process(
         def output() -> str:  # the pipe is read only once the process has ended
             return proc.stdout.read() if proc.poll() is not None and proc.stdout else ""
 
-        await wait_healthy(url, proc, output, 60)
+        await wait_healthy(url, proc, output, timeout)
         yield url
     finally:
         proc.terminate()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -246,6 +247,38 @@ async def test_the_connect_timeline_is_in_the_session_state(gateway, connect):
     timeline = state["connect_timeline_ms"]
     assert None not in timeline.values(), timeline
     assert 0 < timeline["answer"] <= timeline["ice"] <= timeline["dtls"] <= timeline["first_packet"]
+
+
+async def test_the_timelines_are_exported_on_the_wall_clock_in_order(gateway, connect):
+    """Session and utterance timelines as Unix epoch ms (what a browser on this machine lines
+    up with its own clock): each moment in the order it happens, the requests dated between
+    our own clock readings around them, and the nominated ICE pair's candidate types."""
+    before_connect = time.time() * 1000
+    client = await connect()
+    await client.capture.wait_packets(3)
+    state = await client.state()
+    t = state["connect_timeline_unix_ms"]
+    assert None not in t.values(), t
+    assert before_connect <= t["request"] <= t["offer"] <= t["answer"] <= t["ice"] \
+        <= t["dtls"] <= t["first_packet"] <= time.time() * 1000, t
+    # the relative timeline is the same moments: the offer (the leg's start) is its zero
+    rel = state["connect_timeline_ms"]
+    assert rel["request"] <= 0 and abs(t["dtls"] - t["offer"] - rel["dtls"]) < 1, (t, rel)
+    assert state["ice_pair"]["local"] == "host", state["ice_pair"]
+    assert state["ice_pair"]["remote"] in ("host", "prflx"), state["ice_pair"]
+
+    before_say = time.time() * 1000
+    result = await client.say("tone", voice="tone")
+    after_say = time.time() * 1000
+    u = await client.wait_utterance(result.utterance["id"])
+    w = u["timeline_unix_ms"]
+    assert before_say <= w["request"] <= w["created"] <= after_say, w
+    assert w["created"] <= w["started"] <= w["first_pcm"] <= w["first_frame_queued"] \
+        <= w["first_sent"] <= w["finished"], w
+    # the first frame waits at most one 20 ms slot (and a 2.5 ms tick) for its turn
+    assert u["slot_wait_ms"] == pytest.approx(w["first_sent"] - w["first_frame_queued"], abs=0.01)
+    assert 0 <= u["slot_wait_ms"] <= 25, u
+    assert u["latency_ms"]["request"] <= 0 <= u["latency_ms"]["started"], u["latency_ms"]
 
 
 async def test_delete_of_a_session_that_just_ended_is_still_204(gateway, connect):

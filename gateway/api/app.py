@@ -10,7 +10,7 @@ from gateway import aiortc_compat
 from gateway.api.access import AccessPolicy, middlewares
 from gateway.api.errors import json_errors
 from gateway.api.openapi import document
-from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes
+from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes, stamp_arrival
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
@@ -31,7 +31,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
-        middlewares=[cors, json_errors, auth, rate_limit], client_max_size=config.max_body_bytes
+        middlewares=[stamp_arrival, cors, json_errors, auth, rate_limit],
+        client_max_size=config.max_body_bytes,
     )
     options = config.session_options()
     app[CACHE] = cache = PhraseCache(

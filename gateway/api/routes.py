@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -100,6 +101,25 @@ def voice_named(request: web.Request, name: str | None) -> Synthesizer:
         ) from exc
 
 
+#: time.monotonic() when the request reached the app
+ARRIVED_AT = web.RequestKey("arrived_at", float)
+
+
+@web.middleware
+async def stamp_arrival(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Date each request as it reaches the app (headers parsed, body not yet read): the start
+    of the speech and connect timelines (``Utterance.requested_at``, ``WebRtcLeg.requested_at``).
+    """
+    request[ARRIVED_AT] = time.monotonic()
+    return await handler(request)
+
+
+def arrived_at(request: web.Request) -> float:
+    return request.get(ARRIVED_AT) or time.monotonic()
+
+
 def _session(request: web.Request) -> Session:
     session = request.app[REGISTRY].get(request.match_info["session_id"])
     if session is None:
@@ -136,7 +156,7 @@ async def create_session(request: web.Request) -> web.Response:
     else:
         offer = parse(JsonOffer, await _json_body(request)).sdp
     try:
-        session, answer = await request.app[REGISTRY].create(offer)
+        session, answer = await request.app[REGISTRY].create(offer, arrived_at(request))
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except Draining as exc:
@@ -258,7 +278,9 @@ async def speak(request: web.Request) -> web.Response:
     text = checked_text(request, body.text)
     voice = voice_named(request, body.voice)
     try:
-        utterance = session.speaker.say(text, voice, interrupt=body.interrupt)
+        utterance = session.speaker.say(
+            text, voice, interrupt=body.interrupt, requested_at=arrived_at(request)
+        )
     except SpeechQueueFull as exc:
         raise ApiError(429, "speech_queue_full", str(exc)) from exc
     location = f"{_location(request, session)}/speech/{utterance.id}"

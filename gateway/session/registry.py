@@ -75,7 +75,12 @@ class SessionRegistry:
     def get(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
-    async def create(self, offer_sdp: str) -> tuple[Session, str]:
+    async def create(
+        self, offer_sdp: str, requested_at: float | None = None
+    ) -> tuple[Session, str]:
+        """``requested_at``: time.monotonic() when the offer's request arrived (the start of
+        the session's connect timeline; default: now)."""
+        requested_at = time.monotonic() if requested_at is None else requested_at
         if self.draining:
             METRICS.sessions_rejected.labels("draining").inc()
             raise Draining("the gateway is draining (shutting down): no new sessions")
@@ -91,6 +96,7 @@ class SessionRegistry:
             )
         finally:
             self._creating -= 1
+        session.webrtc.requested_at = requested_at
         self._sessions[session.id] = session
         self.created_total += 1
         METRICS.sessions_created.inc()

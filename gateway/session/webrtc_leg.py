@@ -33,8 +33,10 @@ from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import shared_ticker
 from gateway.media.track import PassthroughOpusTrack
 from gateway.net.udp_mux import MuxGroup
-from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
+from gateway.receive.receive_path import ReceivePath
+from gateway.runtime.clock import wall_ms, wall_offset
 from gateway.session.conversation import Conversation
+from gateway.session.duplex import UPLINK_RECEIVE
 from gateway.session.events import Event
 from gateway.session.options import SessionOptions
 from gateway.session.sdp_policy import (
@@ -66,6 +68,7 @@ class WebRtcLeg:
         self.options = options
         self.offer = offer
         self.created_at = time.monotonic()
+        self.requested_at = self.created_at  # the offer's HTTP request (set by the registry)
         self.connected_at: float | None = None  # DTLS (and so SRTP) up: media can flow
         self.answered_at: float | None = None
         self.ice_connected_at: float | None = None
@@ -155,11 +158,8 @@ class WebRtcLeg:
         async def send_rtcp(data: bytes) -> bool:
             return await aiortc_compat.send_receiver_rtcp(receiver, data)
 
-        # A shallow jitter buffer: what is heard feeds VAD and ASR, not a loudspeaker, and every
-        # frame of depth delays endpointing and barge-in (the client's default is 2-5 + 1).
-        uplink = ReceivePathConfig(pcm_ring_frames=0, min_frames=1, max_frames=3)
         path = ReceivePath(
-            uplink, send_rtcp,
+            UPLINK_RECEIVE, send_rtcp,
             lambda: aiortc_compat.receiver_rtcp_ssrc(receiver),
         )
         aiortc_compat.tap_rtp(receiver, lambda packet, at: path.on_rtp(packet))
@@ -269,13 +269,32 @@ class WebRtcLeg:
         }
 
     def timeline(self) -> dict[str, float | None]:
-        """Where the connect time went, in ms from the offer's arrival: the answer sent, ICE
-        connected, DTLS up, the first packet on the wire."""
+        """Where the connect time went, in ms from the offer's arrival (the leg's creation,
+        once the body was read): the answer sent, ICE connected, DTLS up, the first packet on
+        the wire; ``request``: the HTTP request's arrival (≤ 0)."""
         def ms(t: float | None) -> float | None:
             return None if t is None else round((t - self.created_at) * 1000, 1)
 
-        return {"answer": ms(self.answered_at), "ice": ms(self.ice_connected_at),
-                "dtls": ms(self.connected_at), "first_packet": ms(self.sink.stats.first_sent_at)}
+        return {"request": ms(self.requested_at), "answer": ms(self.answered_at),
+                "ice": ms(self.ice_connected_at), "dtls": ms(self.connected_at),
+                "first_packet": ms(self.sink.stats.first_sent_at)}
+
+    def timeline_unix_ms(self) -> dict[str, float | None]:
+        """The same moments as Unix epoch ms (runtime/clock.py): a browser on this machine
+        lines them up with ``performance.timeOrigin + performance.now()``."""
+        offset = wall_offset()
+        return {name: wall_ms(t, offset) for name, t in (
+            ("request", self.requested_at), ("offer", self.created_at),
+            ("answer", self.answered_at), ("ice", self.ice_connected_at),
+            ("dtls", self.connected_at), ("first_packet", self.sink.stats.first_sent_at),
+        )}
+
+    def ice_pair(self) -> dict[str, str | None] | None:
+        """The nominated ICE pair's candidate types (host / prflx ...), once there is one."""
+        transceiver = getattr(self, "_transceiver", None)
+        if transceiver is None or transceiver.sender.transport is None:
+            return None
+        return aiortc_compat.nominated_pair_types(transceiver.sender.transport)
 
     def state(self) -> dict[str, Any]:
         sink = self.sink
@@ -292,6 +311,8 @@ class WebRtcLeg:
                 else round((self.connected_at - self.created_at) * 1000, 1)
             ),
             "connect_timeline_ms": self.timeline(),
+            "connect_timeline_unix_ms": self.timeline_unix_ms(),
+            "ice_pair": self.ice_pair(),
             "opus_payload_type": self._payload_type,
             "packets_sent": stats.frames_sent,
             "speech_frames_sent": stats.speech_frames,

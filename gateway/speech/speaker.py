@@ -87,7 +87,9 @@ class Speaker:
         voice: Synthesizer,
         interrupt: bool = False,
         instructions: str | None = None,
+        requested_at: float | None = None,
     ) -> Utterance:
+        """``requested_at``: time.monotonic() when the request for it arrived (timelines)."""
         self.start()  # the producer task exists once there is something to say
         if interrupt:
             self.interrupt()
@@ -95,7 +97,7 @@ class Speaker:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
         utterance = Utterance(
             text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions,
-            observer=self.observer,
+            observer=self.observer, requested_at=requested_at,
         )
         if self.observer is not None:
             self.observer(utterance, utterance.state)
@@ -205,6 +207,7 @@ class Speaker:
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
         logs.bind(utterance=utterance.id)  # this task's log lines name their utterance
+        utterance.started_at = time.monotonic()
         utterance.set_state(UtteranceState.SYNTHESIZING)
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None

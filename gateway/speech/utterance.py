@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gateway.runtime.clock import wall_ms, wall_offset
 from gateway.runtime.metrics import METRICS
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class Utterance:
     state: UtteranceState = UtteranceState.QUEUED
     error: str | None = None
     created_at: float = field(default_factory=time.monotonic)
+    requested_at: float | None = None  # the HTTP request's arrival (before its body was read)
+    started_at: float | None = None  # synthesis (or a cache replay) began: no longer waiting
     first_pcm_at: float | None = None
     first_frame_queued_at: float | None = None
     first_sent_at: float | None = None
@@ -221,6 +224,7 @@ class Utterance:
             return None if t is None else round((t - self.created_at) * 1000, 3)
 
         primary = self.primary
+        offset = wall_offset()
         return {
             "id": self.id,
             "voice": self.voice,
@@ -236,11 +240,26 @@ class Utterance:
             "first_timestamp": None if primary is None else primary.first_timestamp,
             "sinks": {name: d.as_json() for name, d in self.deliveries.items()},
             "latency_ms": {
+                "request": ms(self.requested_at),  # <= 0: the request came before
+                "started": ms(self.started_at),
                 "first_pcm": ms(self.first_pcm_at),
                 "first_frame_queued": ms(self.first_frame_queued_at),
                 "first_sent": ms(self.first_sent_at),
                 "finished": ms(self.finished_at),
             },
+            # the same moments as Unix epoch ms (runtime/clock.py), for a browser on this host
+            "timeline_unix_ms": {name: wall_ms(t, offset) for name, t in (
+                ("request", self.requested_at), ("created", self.created_at),
+                ("started", self.started_at), ("first_pcm", self.first_pcm_at),
+                ("first_frame_queued", self.first_frame_queued_at),
+                ("first_sent", self.first_sent_at), ("finished", self.finished_at),
+            )},
+            # first frame queued -> sent: the wait for the stream's next 20 ms slot
+            "slot_wait_ms": (
+                None
+                if self.first_frame_queued_at is None or self.first_sent_at is None
+                else round((self.first_sent_at - self.first_frame_queued_at) * 1000, 3)
+            ),
             "server_overhead_ms": (
                 None
                 if self.first_pcm_at is None or self.first_sent_at is None
