@@ -21,10 +21,11 @@ Once the first audible frame is in, the reply is cut (``DELETE .../speech``) so 
 question need not wait for it to be spoken out; a random 0.4-0.9 s pause follows.
 Configurations: ``echo`` (the echo agent), ``chat`` (the OpenAI-compatible chat stand-in, in
 this process, ``--chat-delay-ms`` before its first token, subtracted in the "minus LLM" column),
-``echo-fast`` (echo with ``--turn-silence-ms 300``). The phrase cache is off unless
-``--phrase-cache``: every reply clause is synthesized ("You said:" and "Sure!" would otherwise be
-cache hits from the second turn on). WER: every final transcript against its question (case
-and punctuation normalised).
+``echo-fast`` (echo with ``--turn-silence-ms 300``), ``echo-nospec`` (echo with
+``--asr-speculate-ms 0``: the final decode starts only when the turn has ended). The phrase
+cache is off unless ``--phrase-cache``: every reply clause is synthesized ("You said:" and
+"Sure!" would otherwise be cache hits from the second turn on). WER: every final transcript
+against its question (case and punctuation normalised).
 
 Capacity (``--ladder``): for each N, a fresh gateway pinned to one core (``taskset -c 0``),
 this process on core 1; N talkers, each asking ``--ramp-questions`` questions, one every
@@ -85,6 +86,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "echo": {"agent": "echo", "extra": []},
     "chat": {"agent": "chat", "extra": []},
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
+    # what the speculative final decode buys: the final decoded only once the turn has ended
+    "echo-nospec": {"agent": "echo", "extra": ["--asr-speculate-ms", "0"]},
 }
 
 
@@ -161,6 +164,12 @@ def summarize(rows: list[TurnResult], llm_delay_ms: float = 0.0) -> dict[str, An
         "reply_lead_in_ms": stats([r.lead_in_ms for r in good]),
         "server_ms": {k: stats([(r.server["latency_ms"] or {}).get(k) for r in good])
                       for k in SPLIT_KEYS},
+        # the final decode itself, and its wait for the recogniser (behind other decodes);
+        # speculative: decoded while the turn's end was still awaited
+        "asr_decode_ms": stats([(r.server.get("asr") or {}).get("decode_ms") for r in good]),
+        "asr_wait_ms": stats([(r.server.get("asr") or {}).get("wait_ms") for r in good]),
+        "speculative_finals": sum(bool((r.server.get("asr") or {}).get("speculative"))
+                                  for r in good),
     }
     if llm_delay_ms:
         out["llm_first_token_delay_ms"] = llm_delay_ms
@@ -325,6 +334,11 @@ def print_latency(results: dict[str, dict[str, Any]]) -> None:
           "frame; (vad): of which the VAD's hangover, offline; agent: for chat, minus the "
           "stand-in's own first-token delay; -LLM: client minus that delay; server: the "
           "gateway's end_of_speech_to_audio)")
+    for name, r in results.items():
+        d, w = r.get("asr_decode_ms") or {}, r.get("asr_wait_ms") or {}
+        print(f"{name}: final decode {d.get('median')} ms median (p90 {d.get('p90')}), its wait "
+              f"for the recogniser {w.get('median')} ms (p90 {w.get('p90')}); "
+              f"{r.get('speculative_finals')}/{r['measured']} finals speculative")
     for name, r in results.items():
         u = r.get("gateway_uplink") or {}
         if u:

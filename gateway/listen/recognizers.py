@@ -1,7 +1,7 @@
 """Recognisers by spec, like the voices' ``--voice`` specs.
 
     whisper | whisper:tiny.en                 the bundled Whisper tiny.en (default), int8, CPU
-    whisper:/path/to/ct2-model?threads=2&workers=1&min_frames=1000&compute=int8
+    whisper:/path/to/ct2-model?threads=2&workers=1&min_frames=1000&compute=int8&nice=5&idle=1
     openai+http://host:port/v1?model=whisper-1&language=en&timeout=15&key_env=NAME
     openai+https://...                        any OpenAI-compatible transcription server
 
@@ -19,7 +19,7 @@ from gateway.listen.whisper_asr import BUNDLED, WhisperOptions, WhisperRecognize
 
 DEFAULT_SPEC = "whisper:tiny.en"
 _WHISPER_KEYS = {"threads": "cpu_threads", "workers": "workers", "min_frames": "min_frames",
-                 "compute": "compute_type", "nice": "nice"}
+                 "compute": "compute_type", "nice": "nice", "idle": "idle"}
 _OPENAI_KEYS = {"model", "language", "prompt", "timeout", "connect_timeout", "key_env",
                 "partials"}
 
@@ -42,7 +42,14 @@ def parse_recognizer_spec(spec: str) -> WhisperOptions | OpenAITranscriptionConf
             values: dict[str, object] = {"model": body or BUNDLED}
             for key, value in params.items():
                 field = _WHISPER_KEYS[key]
-                values[field] = value if field == "compute_type" else int(value)
+                if field == "compute_type":
+                    values[field] = value
+                elif field == "idle":
+                    if value not in ("0", "1"):
+                        raise ValueError(f"idle must be 0 or 1, not {value!r}")
+                    values[field] = value == "1"
+                else:
+                    values[field] = int(value)
             return WhisperOptions(**values)  # type: ignore[arg-type]
         if spec.startswith(("openai+http://", "openai+https://")):
             parts = urlsplit(spec.removeprefix("openai+"))

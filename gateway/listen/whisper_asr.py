@@ -63,6 +63,7 @@ class WhisperOptions:
     cpu_threads: int = 2  # CTranslate2 threads per decode
     workers: int = 1  # decodes at once
     nice: int = 5  # worker thread CPU priority (the event loop stays at 0)
+    idle: bool = True  # SCHED_IDLE workers (``nice`` then only orders them among themselves)
     min_frames: int = 1000  # encoder context floor (10 s)
     margin_frames: int = 50  # encoder context past the end of the audio
     max_tokens_base: int = 12  # output cap: base + per_second * seconds
@@ -103,7 +104,7 @@ class WhisperRecognizer:
         # not want (at nice 5 talking sessions cost listeners 4-5 % of on-time packets;
         # SCHED_IDLE measured 99.1-99.8 % on time, same ASR latency: bench.duplex load test)
         self._pool = WorkerPool(self.options.workers, nice=self.options.nice, name="asr",
-                                idle=True)
+                                idle=self.options.idle)
         self._inflight = 0  # decodes submitted and not finished
         self._count_lock = threading.Lock()
         self._model: Any = None

@@ -34,6 +34,7 @@ from gateway.listen.listener import (
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
 from gateway.media.resample import Resampler
+from gateway.receive.receive_config import ReceivePathConfig
 from gateway.session.conversation import Conversation
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import FINAL_STATES, Utterance
@@ -41,6 +42,17 @@ from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
 UPLINK_RATE, ASR_RATE, ASR_FRAME = 24_000, 16_000, 320
+
+#: The microphone's receive path (session/webrtc_leg.py). A shallow jitter buffer: what is heard
+#: feeds VAD and ASR, not a loudspeaker, and every frame of depth delays endpointing and
+#: barge-in (the client's default is 2-5 + 1). After a stall (a loop or CPU stall delivers a
+#: backlog of packets together) it catches up in the next silence, a frame a period: a silent
+#: frame is cut in every period that starts over the target (the client waits 25 periods: a
+#: loudspeaker would click). Cutting silence is harmless here -- the turn's end then comes as
+#: it would have without the stall, not a backlog later -- and speech is not cut (the
+#: recogniser would lose words; the client's 5 s force-trim stays).
+UPLINK_RECEIVE = ReceivePathConfig(pcm_ring_frames=0, min_frames=1, max_frames=3,
+                                   trim_after_periods=1)
 
 
 @dataclass(eq=False)

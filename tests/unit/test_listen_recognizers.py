@@ -17,6 +17,9 @@ def test_whisper_specs():
                                  "&compute=int8_float32")
     assert opts == WhisperOptions(model="/models/small", cpu_threads=1, workers=2,
                                   min_frames=1500, compute_type="int8_float32")
+    assert parse_recognizer_spec("whisper:tiny.en?idle=0&nice=10") == WhisperOptions(
+        idle=False, nice=10)
+    assert WhisperOptions().idle  # SCHED_IDLE by default
 
 
 def test_openai_specs():
@@ -32,6 +35,7 @@ def test_openai_specs():
 
 
 @pytest.mark.parametrize("spec", ["vosk", "whisper:tiny.en?beam=5", "whisper:x?threads=two",
+                                  "whisper?idle=yes",
                                   "openai+http://h:1/v1?colour=red", "openai+ftp://h/v1",
                                   "openai+http:///v1", "whisper:x?min_frames=5000"])
 def test_bad_specs_are_refused(spec):
