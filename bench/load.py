@@ -20,6 +20,13 @@ Arrival times are the kernel's receive timestamps, so the load generator's own d
 count against the server (they are reported: ``loadgen_hook_delay_ms``).
 
     python -m bench.load [--ladder 50,100,250] [--window 10] [--server gateway|baseline|both]
+    python -m bench.load --server designs --ladder 250,500,750,1000   # issue 16
+
+``--server designs`` compares the gateway's two UDP designs in one run, rung by rung
+(interleaved, so a drifting VM moves both alike): ``gateway`` (every session on one shared UDP
+socket, a tick's RTP in one ``sendmmsg``) against ``gateway-nomux`` (``--no-udp-mux``: one
+socket per session, aioice's random port, one ``sendto`` per packet: the design before). Each
+rung also records the server's UDP sockets while every session is connected.
 
 Results: bench/results/load.json, a table on stdout, bench/results/load.png (needs matplotlib).
 """
@@ -53,6 +60,8 @@ from gateway.tts.tone import write_wav_mono
 REPO = Path(__file__).resolve().parent.parent  # the processes run from here (python -m bench.*)
 DEFAULT_LADDER = "10,25,50,100,250,500,750,1000"
 SERVERS = ("gateway", "baseline")
+DESIGNS = ("gateway", "gateway-nomux")  # the shared UDP socket against one per session
+KIND_FLAGS = {"gateway-nomux": ["--no-udp-mux"]}
 
 
 def tone_wav(path: Path, seconds: float, hz: float = 440.0, rate: int = 24_000) -> Path:
@@ -80,11 +89,12 @@ def _child_setup() -> None:
 def server_command(
     kind: str, port: int, sessions: int, wav: Path, extra: list[str] | None = None
 ) -> list[str]:
-    if kind == "gateway":
+    if kind.startswith("gateway"):
         return [
             sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", "127.0.0.1",
             "--log-level", "WARNING", "--max-sessions", str(sessions + 50),
             "--connect-timeout", "120", "--voice", f"bench=wav:{wav}", *(extra or []),
+            *KIND_FLAGS.get(kind, []),
         ]
     return [sys.executable, "-m", "bench.baseline_server", "--port", str(port)]
 
@@ -211,7 +221,7 @@ async def run_rung(
             "--batch", str(args.batch), "--window", str(args.window),
             "--silent-window", str(args.silent_window), "--out", str(out),
         ]
-        if kind == "gateway":
+        if kind.startswith("gateway"):
             cmd += ["--utterances", str(utterances_for(n, args))]
             if args.probe_overhead:
                 cmd += ["--probe-overhead", str(args.probe_overhead)]
@@ -225,6 +235,7 @@ async def run_rung(
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
             preexec_fn=_child_setup,
         )
+        sockets = asyncio.create_task(watch_udp_sockets(server.pid, rung))
         try:
             output, _ = await asyncio.wait_for(gen.communicate(), args.rung_timeout)
         except TimeoutError:
@@ -232,6 +243,10 @@ async def run_rung(
             await gen.wait()
             rung["error"] = "load generator timed out"
             return rung
+        finally:
+            sockets.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sockets
         if gen.returncode != 0 or not out.exists():
             rung["error"] = f"load generator failed ({gen.returncode}): " + output.decode(
                 errors="replace"
@@ -252,6 +267,15 @@ async def run_rung(
             shutil.copyfile(log, kept)
             rung["server_log"] = str(kept)
     return rung
+
+
+async def watch_udp_sockets(pid: int, rung: dict[str, Any], every_s: float = 1.0) -> None:
+    """The server's UDP sockets, sampled while the load generator runs (the most seen)."""
+    while True:
+        count = procstats.udp_sockets(pid)
+        if count is not None:
+            rung["udp_sockets_max"] = max(rung.get("udp_sockets_max", 0), count)
+        await asyncio.sleep(every_s)
 
 
 def profile_top(path: Path, top: int = 25) -> dict[str, Any]:
@@ -420,7 +444,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> 
     except ImportError:
         return None
     fig, (ax_cpu, ax_ok) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"gateway": "tab:blue", "baseline": "tab:red"}
+    styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange"}
     phases = ["speaking", "silent"] if speech else ["silent"]
     for kind, rungs in results.items():
         for phase in phases:
@@ -450,6 +474,51 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> 
     return matplotlib.__version__
 
 
+def design_table(results: dict[str, list[dict[str, Any]]], speech: bool) -> list[dict[str, Any]]:
+    """Per rung and window, the two UDP designs side by side (issue 16's figures)."""
+    out = []
+    for kind in DESIGNS:
+        for r in results.get(kind, []):
+            for phase in ("silent", "speaking") if speech else ("silent",):
+                w = r.get(phase) or {}
+                if not w:
+                    continue
+                rss = w.get("server_rss_kb")
+                c = r.get("connect") or {}
+                out.append({
+                    "design": "shared socket + sendmmsg" if kind == "gateway"
+                    else "socket per session",
+                    "server": kind, "n": r["n"], "window": phase,
+                    "on_time_pct": round(100 * w["on_time_share"], 2)
+                    if "on_time_share" in w else None,
+                    "p99_lateness_ms": (w.get("lateness_ms") or {}).get("p99"),
+                    "cpu_pct": w.get("server_cpu_pct"),
+                    "cpu_us_per_packet": w.get("server_cpu_us_per_packet"),
+                    "rss_kb_per_stream": round((rss - r["idle_rss_kb"]) / r["n"], 1)
+                    if rss and r.get("idle_rss_kb") else None,
+                    "udp_sockets": r.get("udp_sockets_max"),
+                    "connect_ms_p50": c.get("ms_p50"), "connect_ms_p95": c.get("ms_p95"),
+                    "loadavg_1m": (w.get("loadavg") or [None])[0],
+                    "broken": r.get("broken") or None,
+                })
+    return sorted(out, key=lambda d: (d["n"], d["window"], d["server"]))
+
+
+def print_design_table(rows: list[dict[str, Any]]) -> None:
+    def f(v: Any, spec: str) -> str:
+        return format(v, spec) if isinstance(v, int | float) else "-"
+
+    print(f"{'design':<26} {'N':>5} {'window':<8} {'ontime%':>7} {'p99 ms':>7} {'CPU%':>6} "
+          f"{'µs/pkt':>7} {'KB/str':>7} {'UDP':>5} {'conn50':>7} {'load1':>5}  status")
+    for d in rows:
+        print(f"{d['design']:<26} {d['n']:>5} {d['window']:<8} {f(d['on_time_pct'], '7.2f')} "
+              f"{f(d['p99_lateness_ms'], '7.1f')} {f(d['cpu_pct'], '6.1f')} "
+              f"{f(d['cpu_us_per_packet'], '7.1f')} {f(d['rss_kb_per_stream'], '7.0f')} "
+              f"{f(d['udp_sockets'], '5d')} {f(d['connect_ms_p50'], '7.0f')} "
+              f"{f(d['loadavg_1m'], '5.2f')}  "
+              f"{'BROKE: ' + '; '.join(d['broken']) if d['broken'] else 'ok'}")
+
+
 def what_gateway_speaks(mode: str, phrase_s: float) -> str:
     phrase = (f"a {phrase_s:g} s 440 Hz tone (24 kHz mono WAV voice), the same text queued "
               "back to back")
@@ -462,7 +531,7 @@ def what_gateway_speaks(mode: str, phrase_s: float) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ladder = sorted({int(x) for x in args.ladder.split(",") if x.strip()})
-    kinds = SERVERS if args.server == "both" else (args.server,)
+    kinds = {"both": SERVERS, "designs": DESIGNS}.get(args.server, (args.server,))
     speech = not args.no_speech
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     discarded: list[dict[str, Any]] = []  # broken under contention, then measured again
@@ -473,7 +542,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         tmp = Path(tmpdir)
         wav = tone_wav(tmp / "tone440.wav", args.phrase_s)
         gateway_extra: list[str] = list(args.gateway_arg)
-        if "gateway" in kinds and speech:
+        if any(k.startswith("gateway") for k in kinds) and speech:
             flags = gateway_flags()
             has_cache = "--phrase-cache-dir" in flags
             if mode == "auto":
@@ -490,14 +559,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             elif "--phrase-cache-mb" in flags:
                 gateway_extra += ["--phrase-cache-mb", "0"]  # every frame encoded
         print(HEADER, flush=True)
-        for kind in kinds:
-            for n in ladder:
+        broken: set[str] = set()
+        for n in ladder:  # rung by rung, each server in turn: a drifting machine moves all alike
+            for kind in kinds:
+                if kind in broken:
+                    continue
                 print(f"[{time.monotonic() - started:6.1f}s] {kind} N={n} ...", flush=True)
                 for attempt in range(args.retries + 1):
                     rung = await run_rung(kind, n, args, wav, tmp, gateway_extra)
                     rung["broken"] = verdict(rung, args.min_on_time, speech)
                     rung["contended"] = contention(rung, args.server_cpu, speech)
-                    rung["warnings"] = warnings(rung, mode if kind == "gateway" else None)
+                    rung["warnings"] = warnings(
+                        rung, mode if kind.startswith("gateway") else None)
                     for warning in rung["warnings"]:
                         print(f"  warning: {warning}", flush=True)
                     for phase in ("silent", "speaking") if speech else ("silent",):
@@ -511,7 +584,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     discarded.append(rung)
                 results[kind].append(rung)
                 if rung["broken"]:
-                    break
+                    broken.add(kind)
     summary = {
         kind: {
             "max_n_held": max((r["n"] for r in rungs if not r["broken"]), default=None),
@@ -540,6 +613,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         },
         "duration_s": round(time.monotonic() - started, 1),
         "summary": summary,
+        "designs": design_table(results, speech) if "gateway-nomux" in results else None,
         "ratios_gateway_over_baseline": {
             "speaking": ratios(results, "speaking") if speech else None,
             "silent": ratios(results, "silent"),
@@ -555,7 +629,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--window", type=float, default=10.0, help="speaking window, s")
     parser.add_argument("--silent-window", type=float, default=4.0,
                         help="window with all sessions connected, before speech (0: skip), s")
-    parser.add_argument("--server", choices=[*SERVERS, "both"], default="both")
+    parser.add_argument("--server", choices=[*SERVERS, *DESIGNS[1:], "both", "designs"],
+                        default="both",
+                        help="both: gateway and stock aiortc; designs: the gateway with its "
+                        "shared UDP socket against one socket per session (--no-udp-mux)")
     parser.add_argument("--batch", type=int, default=20, help="sessions connected at a time")
     parser.add_argument("--full", type=int, default=2, help="sessions that fully decode")
     parser.add_argument("--min-on-time", type=float, default=0.90,
@@ -608,6 +685,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.write_text(json.dumps(data, indent=1))
     print()
     print_table(data["results"], data["settings"]["speech"], args.server_cpu)
+    if data.get("designs"):
+        print()
+        print_design_table(data["designs"])
     for phase in ("speaking", "silent"):
         for r in data["ratios_gateway_over_baseline"].get(phase) or []:
             print(f"gateway/baseline ({phase}) N={r['n']}: CPU {r['cpu_pct']}, "

@@ -84,3 +84,32 @@ def core_busy_percent(
         b0, t0 = start.get(core, (b1, t1))
         busy[core] = round(100.0 * (b1 - b0) / (t1 - t0), 1) if t1 > t0 else 0.0
     return busy
+
+
+def _udp_inodes() -> set[str]:
+    inodes: set[str] = set()
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        try:
+            with open(table) as f:
+                inodes.update(line.split()[9] for line in f.readlines()[1:])
+        except OSError:
+            pass
+    return inodes
+
+
+def udp_sockets(pid: int) -> int | None:
+    """UDP sockets the process holds open (its fds against /proc/net/udp and udp6)."""
+    inodes = _udp_inodes()
+    count = 0
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            count += 1
+    return count
