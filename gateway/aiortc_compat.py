@@ -43,6 +43,13 @@ Touched:
   ``restart_ice`` (WHEP's ICE restart; aiortc has none) gives the live ICE connection new
   credentials on both sides in place: its sockets, candidates and nominated pair carry on, DTLS
   and SRTP are untouched.
+- ``RTCPeerConnection.__iceTransports``, aioice ``Connection.get_component_candidates`` (replaced
+  per instance) / ``_protocols`` / ``_local_username`` / ``stun_server``, ``StunProtocol``
+  (``connection_made``, ``transactions``, ``local_candidate``), ``aioice.candidate``'s
+  ``Candidate`` / ``candidate_foundation`` / ``candidate_priority`` and
+  ``aioice.ice.server_reflexive_candidate``: ``share_udp_socket`` gathers a server session's
+  host candidates on the worker's shared UDP socket (gateway/net/udp_mux.py) instead of one
+  socket per session; ``restart_ice`` then registers the new ufrag with it.
 """
 
 from __future__ import annotations
@@ -744,14 +751,14 @@ def _mux_problems() -> list[str]:
     for name in ("Candidate", "candidate_foundation", "candidate_priority"):
         if not callable(getattr(aioice.candidate, name, None)):
             problems.append(f"aioice.candidate.{name}")
-    try:
-        protocol = aioice.ice.StunProtocol(probe)
-        if not isinstance(getattr(protocol, "transactions", None), dict):
-            problems.append("aioice.StunProtocol.transactions")
-        if not callable(getattr(protocol, "connection_made", None)):
-            problems.append("aioice.StunProtocol.connection_made")
-    except RuntimeError:  # its close future wants an event loop on some Pythons
-        pass
+    stun_protocol = getattr(aioice.ice, "StunProtocol", None)
+    code = getattr(getattr(stun_protocol, "__init__", None), "__code__", None)
+    for name in ("transactions", "receiver"):  # set in its __init__ (which needs a loop)
+        if code is None or name not in code.co_names:
+            problems.append(f"aioice.StunProtocol.{name}")
+    for name in ("connection_made", "datagram_received", "connection_lost"):
+        if not callable(getattr(stun_protocol, name, None)):
+            problems.append(f"aioice.StunProtocol.{name}")
     if _PC_ICE_TRANSPORTS not in RTCPeerConnection.__init__.__code__.co_names:
         problems.append(f"RTCPeerConnection.{_PC_ICE_TRANSPORTS}")
     return problems

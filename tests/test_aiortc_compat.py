@@ -62,3 +62,40 @@ async def test_batch_path_reaches_the_senders_internals():
     assert aiortc_compat.direct_rtp_sender(sender.transport) is None  # not connected
     assert 0 <= aiortc_compat.first_sequence_number() <= 0xFFFF
     await pc.close()
+
+
+async def test_shared_socket_gathering_fails_loudly_without_its_internals():
+    class NotAPeerConnection:
+        pass
+
+    with pytest.raises(RuntimeError, match="aiortc internals moved"):
+        aiortc_compat.share_udp_socket(NotAPeerConnection(), lambda host: None)  # type: ignore[arg-type]
+
+
+async def test_shared_socket_gathering_advertises_the_shared_port():
+    from aiortc import RTCSessionDescription
+
+    from gateway.net.udp_mux import UdpMux
+
+    aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+    mux = await UdpMux.bind("127.0.0.1", 0)
+    offerer, answerer = RTCPeerConnection(), RTCPeerConnection()
+    try:
+        offerer.addTransceiver("audio", direction="recvonly")
+        await offerer.setLocalDescription(await offerer.createOffer())
+        await answerer.setRemoteDescription(offerer.localDescription)
+        assert aiortc_compat.share_udp_socket(answerer, lambda host: mux) == 1
+        assert aiortc_compat.uses_udp_mux(answerer) and not aiortc_compat.uses_udp_mux(offerer)
+        await answerer.setLocalDescription(await answerer.createAnswer())
+        ports = {line.split()[5] for line in answerer.localDescription.sdp.splitlines()
+                 if line.startswith("a=candidate:")}
+        assert ports == {str(mux.local_address[1])}
+        assert mux.stats.endpoints == 1 and mux.entries["ufrags"] == 1
+        await offerer.setRemoteDescription(
+            RTCSessionDescription(answerer.localDescription.sdp, "answer"))
+    finally:
+        await offerer.close()
+        await answerer.close()
+        aiortc_compat.restrict_ice_hosts(None)
+    assert mux.stats.endpoints == 0 and mux.entries["ufrags"] == 0
+    mux.close()
