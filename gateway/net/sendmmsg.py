@@ -26,9 +26,11 @@ struct msghdr {
 struct mmsghdr { struct msghdr msg_hdr; unsigned int msg_len; };
 int sendmmsg(int sockfd, struct mmsghdr *msgvec, unsigned int vlen, int flags);
 """
-MAX_BATCH = 1024  # Linux's UIO_MAXIOV: the most sendmmsg takes at once
+MAX_BATCH = 512  # datagrams per call (Linux takes up to UIO_MAXIOV, 1024)
+SLOT = 1536  # bytes per datagram slot: past any RTP packet of ours (MTU-sized)
 _RETRY = (errno.EINTR,)
-_FULL = (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS)
+_SKIP = (errno.EMSGSIZE, errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH,
+         errno.EACCES, errno.EPERM, errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
 
 _ffi: Any = None
 _lib: Any = None
@@ -75,7 +77,9 @@ def sockaddr(addr: tuple[str, int]) -> tuple[Any, int] | None:
 
 
 class BatchSocket:
-    """One socket's preallocated ``mmsghdr``/``iovec`` arrays (``MAX_BATCH`` of each)."""
+    """One socket's preallocated ``mmsghdr``/``iovec`` arrays and a buffer of ``MAX_BATCH``
+    slots of ``SLOT`` bytes, each ``iovec`` pointing at its slot once and for all: a datagram
+    costs one copy into its slot and a length (and its address when the slot's changed)."""
 
     def __init__(self, fd: int) -> None:
         if not _load():
@@ -84,38 +88,51 @@ class BatchSocket:
         self.calls = 0
         self._msgs = _ffi.new("struct mmsghdr[]", MAX_BATCH)
         self._iovs = _ffi.new("struct iovec[]", MAX_BATCH)
+        self._arena = _ffi.new("char[]", MAX_BATCH * SLOT)
+        self._buffer = _ffi.buffer(self._arena)
+        self._iov_list = [self._iovs[i] for i in range(MAX_BATCH)]
+        self._hdr_list = [self._msgs[i].msg_hdr for i in range(MAX_BATCH)]
+        self._slot_names: list[Any] = [None] * MAX_BATCH
         for i in range(MAX_BATCH):
-            self._msgs[i].msg_hdr.msg_iov = self._iovs + i
-            self._msgs[i].msg_hdr.msg_iovlen = 1
+            self._iov_list[i].iov_base = self._arena + i * SLOT
+            self._hdr_list[i].msg_iov = self._iovs + i
+            self._hdr_list[i].msg_iovlen = 1
 
     def send(self, datagrams: Sequence[bytes], names: Sequence[tuple[Any, int]]) -> int:
-        """Send ``datagrams[i]`` to ``names[i]`` (from ``sockaddr``); returns how many went
-        (fewer when the socket's buffer is full: the rest were not sent)."""
+        """Send ``datagrams[i]`` to ``names[i]`` (from ``sockaddr``, the same object for the
+        same address); returns how many went, in order (fewer when the socket's buffer is full
+        or a datagram is longer than a slot: the caller sends the rest another way)."""
         n = min(len(datagrams), MAX_BATCH)
-        if n == 0:
-            return 0
-        msgs, iovs, from_buffer = self._msgs, self._iovs, _ffi.from_buffer
-        keep = [from_buffer(d) for d in datagrams[:n]]  # alive until the call returns
+        buffer, iovs, hdrs, slot_names = self._buffer, self._iov_list, self._hdr_list, \
+            self._slot_names
         for i in range(n):
-            iov = iovs[i]
-            iov.iov_base = keep[i]
-            iov.iov_len = len(datagrams[i])
-            name, length = names[i]
-            hdr = msgs[i].msg_hdr
-            hdr.msg_name = name
-            hdr.msg_namelen = length
+            data = datagrams[i]
+            size = len(data)
+            if size > SLOT:
+                n = i
+                break
+            offset = i * SLOT
+            buffer[offset : offset + size] = data
+            iovs[i].iov_len = size
+            name = names[i]
+            if slot_names[i] is not name:
+                slot_names[i] = name
+                hdr = hdrs[i]
+                hdr.msg_name = name[0]
+                hdr.msg_namelen = name[1]
         sent = 0
+        msgs = self._msgs
         while sent < n:
             rc = _lib.sendmmsg(self.fd, msgs + sent, n - sent, 0)
             self.calls += 1
-            if rc < 0:
-                err = _ffi.errno
-                if err in _RETRY:
-                    continue
-                if err in _FULL:
-                    break
-                # a datagram the kernel refuses (EMSGSIZE, unreachable...): skip it
+            if rc >= 0:
+                sent += rc
+                continue
+            err = _ffi.errno
+            if err in _RETRY:
+                continue
+            if err in _SKIP:  # this datagram only (its destination): the rest still go
                 sent += 1
                 continue
-            sent += rc
+            break  # the buffer is full, or the socket is unusable: the caller decides
         return sent
