@@ -8,12 +8,13 @@ ICE_HOSTS ?=
 VOICE ?= piper
 AGENT ?= echo
 WORKERS ?= 1
+UDP_PORT ?= 0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
 
 help:
-	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS)"
+	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
 	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser; ~15-30 min)"
@@ -39,7 +40,7 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
-		--voice "$(VOICE)" --duplex --agent "$(AGENT)" --workers "$(WORKERS)"
+		--voice "$(VOICE)" --duplex --agent "$(AGENT)" --workers "$(WORKERS)" --udp-port "$(UDP_PORT)"
 
 # Debian Chromium for the browser tests (skipped where it cannot be installed: not root).
 browser: $(STAMP)
@@ -69,6 +70,9 @@ bench-browser: $(STAMP) browser
 
 bench-load: $(STAMP)
 	$(BIN)/python -m bench.load
+
+bench-load-designs: $(STAMP)  # the shared UDP socket against one socket per session (issue 16)
+	$(BIN)/python -m bench.load --server designs --ladder 250,500,750,1000
 
 bench-duplex: $(STAMP) browser
 	$(BIN)/python -m bench.duplex
