@@ -6,6 +6,13 @@ timestamp offsets in 960-tick steps) ride along. Adaptive by default: redundancy
 while the receiver reports loss (RTCP receiver reports with a non-zero fraction lost, or NACKs)
 and for ``hold_s`` after the last such report, so a clean link pays no overhead. Off, packets
 are plain Opus under the Opus payload type (both are negotiated).
+
+Adaptive distance (``max_distance`` above ``distance``): a NACK names the packets the receiver
+found missing, so its runs of consecutive sequence numbers are the loss bursts it saw. A burst
+longer than the distance (``burst_reported``) raises it to the burst's length, at most
+``max_distance``, for ``hold_s``; then it is back to ``distance``. Copies cover the last frames
+of a burst without a round trip, so the longer the RTT the more that is worth (each frame more
+costs one more copy per packet while raised).
 """
 
 from __future__ import annotations
@@ -27,29 +34,54 @@ class RedStats:
     redundant_bytes: int = 0  # bytes of redundant blocks (the overhead)
     primary_bytes: int = 0
     activations: int = 0
+    distance_raises: int = 0  # times a reported burst raised the distance
+
+
+MAX_DISTANCE = 8  # frames: what the receive path can number (RFC 2198 allows more)
 
 
 class RedSender:
-    __slots__ = ("_active_until", "_history", "adaptive", "distance", "hold_s", "opus_pt",
-                 "red_pt", "stats")
+    __slots__ = ("_active_until", "_history", "_raised", "_raised_until", "adaptive", "distance",
+                 "hold_s", "max_distance", "opus_pt", "red_pt", "stats")
 
     def __init__(
         self, red_pt: int, opus_pt: int, distance: int = 2, adaptive: bool = True,
-        hold_s: float = HOLD_S,
+        hold_s: float = HOLD_S, max_distance: int | None = None,
     ) -> None:
-        if not 1 <= distance <= 4:
-            raise ValueError("RED distance must be 1..4 frames")
+        top = distance if max_distance is None else max_distance
+        if not 1 <= distance <= top <= MAX_DISTANCE:
+            raise ValueError(f"need 1 <= RED distance <= max_distance <= {MAX_DISTANCE} frames")
         self.red_pt = red_pt
         self.opus_pt = opus_pt
         self.distance = distance
+        self.max_distance = top
         self.adaptive = adaptive
         self.hold_s = hold_s
-        self._history: deque[tuple[int, bytes]] = deque(maxlen=distance)
+        self._history: deque[tuple[int, bytes]] = deque(maxlen=top)
         self._active_until = float("inf") if not adaptive else float("-inf")
+        self._raised = distance
+        self._raised_until = float("-inf")
         self.stats = RedStats()
 
     def active(self, now: float) -> bool:
         return now < self._active_until
+
+    def distance_at(self, now: float) -> int:
+        """Previous frames each packet carries now (``distance``, or raised for bursts)."""
+        return self._raised if now < self._raised_until else self.distance
+
+    def burst_reported(self, frames: int, now: float | None = None) -> None:
+        """The receiver lost ``frames`` packets in a row (a run of a NACK): carry that many
+        copies, within ``max_distance``, for ``hold_s``."""
+        if frames <= self.distance or self.max_distance == self.distance:
+            return
+        now = time.monotonic() if now is None else now
+        want = min(self.max_distance, frames)
+        if want >= self.distance_at(now):
+            if want > self.distance_at(now):
+                self.stats.distance_raises += 1
+            self._raised = want
+            self._raised_until = now + self.hold_s
 
     def loss_reported(self, now: float | None = None) -> None:
         """The receiver lost packets (a receiver report's fraction lost > 0, or a NACK)."""
@@ -65,7 +97,9 @@ class RedSender:
         history = self._history
         stats = self.stats
         if self.active(now):
-            blocks = [((timestamp - ts) & 0xFFFFFFFF, p) for ts, p in history]
+            distance = self.distance_at(now)
+            recent = list(history)[-distance:] if distance < len(history) else history
+            blocks = [((timestamp - ts) & 0xFFFFFFFF, p) for ts, p in recent]
             out = red.encode(payload, self.opus_pt, blocks)
             stats.red_packets += 1
             stats.redundant_bytes += len(out) - len(payload)
@@ -80,7 +114,9 @@ class RedSender:
     def as_json(self, now: Callable[[], float] = time.monotonic) -> dict[str, object]:
         s = self.stats
         return {
-            "distance": self.distance, "adaptive": self.adaptive, "active": self.active(now()),
+            "distance": self.distance, "max_distance": self.max_distance,
+            "distance_now": self.distance_at(now()), "distance_raises": s.distance_raises,
+            "adaptive": self.adaptive, "active": self.active(now()),
             "red_packets": s.red_packets, "plain_packets": s.plain_packets,
             "activations": s.activations,
             "overhead": round(s.redundant_bytes / s.primary_bytes, 3) if s.primary_bytes else 0.0,

@@ -42,7 +42,13 @@ from gateway.rtp.nack_responder import (
     NackResponder,
     concealment_payload,
 )
-from gateway.rtp.rtcp_nack import MalformedRtcp, is_nack, iter_rtcp_packets, parse_nack_packet
+from gateway.rtp.rtcp_nack import (
+    MalformedRtcp,
+    is_nack,
+    iter_rtcp_packets,
+    parse_nack_packet,
+    wrap_order,
+)
 from gateway.rtp.rtcp_report import is_report, parse_report_blocks
 from gateway.rtp.seqnum import seq_diff
 from gateway.runtime.metrics import METRICS
@@ -69,6 +75,17 @@ class RetransmissionCounters:
 async def _send_quietly(transport: Any, packet: bytes) -> None:
     with contextlib.suppress(ConnectionError):
         await aiortc_compat.send_unprotected(transport, packet)
+
+
+def longest_run(seqs: list[int]) -> int:
+    """The most consecutive sequence numbers in a NACK (wrap-safe): the longest burst in it."""
+    best = run = 0
+    previous: int | None = None
+    for seq in wrap_order(seqs):
+        run = run + 1 if previous is not None and seq_diff(seq, previous) == 1 else 1
+        best = max(best, run)
+        previous = seq
+    return best
 
 
 def _cut_off(entry: StoredPacket) -> bool:
@@ -127,6 +144,7 @@ class Retransmitter:
                 continue
             if self.sink.red is not None:
                 self.sink.red.loss_reported()
+                self.sink.red.burst_reported(longest_run(nack.seqs))
             for outcome in self.responder.handle_nack(nack.seqs, self.clock()):
                 try:
                     await self._answer(outcome)

@@ -424,10 +424,11 @@ class JitterBuffer:
         return SlotState.MISSING
 
     def set_min_frames(self, frames: int) -> None:
-        """Raise (or lower) the target's floor, e.g. to let RED's oldest copy come in time; the
-        target follows at once when raised."""
-        if not 1 <= frames <= self._delay.max_frames:
-            raise ValueError("need 1 <= min_frames <= max_frames")
+        """Raise (or lower) the target's floor, e.g. to let RED's oldest copy or a burst's NACK
+        repairs come in time; the target follows at once when raised. The floor may exceed
+        ``max_frames`` (which bounds what jitter alone makes the target), not ``capacity``."""
+        if not 1 <= frames <= self._capacity:
+            raise ValueError("need 1 <= min_frames <= capacity")
         self._min_frames = frames
         self._delay.set_min(frames)
 

@@ -24,6 +24,10 @@ _RESTART_FRAMES = 250
 @dataclass(frozen=True, slots=True)
 class Arrival:
     fills_gap: bool  # an older sequence number than the newest (reordered or repaired)
+    gap: int = 0  # sequence numbers this packet showed missing (a new loss burst's length)
+
+
+_IN_ORDER = Arrival(False)
 
 
 class LossTracker:
@@ -43,9 +47,10 @@ class LossTracker:
             return Arrival(False)
         useq = self._seqs.unwrap(seq)
         if useq > self._newest:
-            self.lost += useq - self._newest - 1
+            gap = useq - self._newest - 1
+            self.lost += gap
             self._newest = useq
-            return Arrival(False)
+            return Arrival(False, gap) if gap else _IN_ORDER
         return Arrival(useq < self._newest)
 
     def _restarted(self, seq: int) -> bool:

@@ -29,6 +29,14 @@ class ReceivePathConfig:
     nack_reserve_frames: int = 1  # added to min_frames when NACK is on (one round trip)
     red_reserve_frames: int = 1  # at most this much added so RED's oldest copy is in time
     repair_hold_s: float = 10.0  # a stall a late NACK repair ended deepens the buffer this long
+    # NACK on: the buffer holds the bursts' repair time (BurstDepth), at most burst_max_frames
+    burst_depth: bool = True
+    burst_max_frames: int = 12  # the latency bound of that (12 frames: 240 ms)
+    burst_late_every_s: float = 60.0  # a burst longer than the floor about this seldom
+    burst_round_trips: int = 1  # repair round trips held for (2: for a lost answer's retry)
+    burst_memory_s: float = 30.0  # bursts older than this no longer hold the buffer deep
+    deepen_after_periods: int = 2  # short of a target bursts raised: add silence this soon
+    pause_frames: int = 3  # ... in a pause: after this many quiet frames (not in a word)
     pcm_buffer_frames: int = 4  # decoded PCM waiting for the playout clock, at most
     decode_ahead_frames: int = 1  # decoded before they are due (1: decode just in time)
     tick_guard_s: float = 0.005
@@ -56,6 +64,10 @@ class ReceivePathConfig:
             raise ValueError("record_s, log_periods and pcm_ring_frames must be >= 0")
         if self.nack_reserve_frames < 0 or self.red_reserve_frames < 0:
             raise ValueError("the reserves must be >= 0")
+        if not 1 <= self.burst_max_frames <= 50 or min(self.deepen_after_periods,
+                                                       self.pause_frames) < 1:
+            raise ValueError("need 1 <= burst_max_frames <= 50, deepen_after_periods and "
+                             "pause_frames >= 1")
 
     @property
     def jitter_min_frames(self) -> int:
@@ -68,6 +80,11 @@ class ReceivePathConfig:
         both)."""
         with_red = min(needed, self.min_frames + self.red_reserve_frames)
         return min(self.max_frames, max(self.jitter_min_frames, with_red))
+
+    @property
+    def burst_top_frames(self) -> int:
+        """The most the burst floor may hold (never below the floor without it)."""
+        return max(self.jitter_min_frames, self.burst_max_frames)
 
     @property
     def record_periods(self) -> int:

@@ -41,6 +41,7 @@ counters: :class:`ReceiveStats`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from collections.abc import Callable
 import numpy as np
 
 from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
+from gateway.receive.burst_depth import BurstDepth
 from gateway.receive.frame_decoder import FrameDecoder, FrameKind
 from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, PopKind
 from gateway.receive.loss_tracker import LossTracker
@@ -108,6 +110,14 @@ class ReceivePath:
         self.red = RedRecovery(self.jitter, self.nack)
         self._red_floor = cfg.jitter_min_frames
         self._repair_floor = RepairFloor(cfg.jitter_min_frames, cfg.max_frames, cfg.repair_hold_s)
+        self._bursts: BurstDepth | None = None
+        if cfg.nack and cfg.burst_depth:
+            self._bursts = BurstDepth(
+                base=cfg.jitter_min_frames, top=cfg.burst_top_frames,
+                late_every_s=cfg.burst_late_every_s, memory_s=cfg.burst_memory_s,
+                round_trips=cfg.burst_round_trips, frame_s=PERIOD_S,
+            )
+        self._burst_floor = cfg.jitter_min_frames
         self._red_pt: int | None = None
         self.decoder = FrameDecoder(fec=cfg.fec)
         self.losses = LossTracker()
@@ -129,6 +139,7 @@ class ReceivePath:
         self._excess_frames = 0.0
         self._short_periods = 0
         self._last_quiet = False
+        self._quiet_run = 0  # quiet frames in a row just played (a pause, not a closure)
         self._tss = Unwrapper(32)
         self._transit = TransitTracker()
         self._delay = DelayTracker()
@@ -141,6 +152,7 @@ class ReceivePath:
         self._dry_periods = 0  # underrun periods since audio stopped: a stall or a pause?
         self._repairs_before_dry = 0  # repairs (in time or late) when they started
         self._first_arrival: float | None = None
+        self._last_arrival: float | None = None
         self._media_time: float | None = None  # of the newest first transmission
         self._waiters = PeriodWaiters()
         self._started = False
@@ -196,6 +208,7 @@ class ReceivePath:
             self.red.counts.packets += 1
         if self._nacks is not None:
             self._nacks.media_ssrc = ssrc
+        self._last_arrival = now
         if self._first_arrival is None:
             self._first_arrival = now
             if self._started:
@@ -203,6 +216,8 @@ class ReceivePath:
         seq &= SEQ_MASK
         media_time = self._tss.unwrap(timestamp & 0xFFFFFFFF) / RTP_CLOCK_RATE
         arrival = self.losses.on_packet(seq)
+        if arrival.gap and self._bursts is not None:
+            self._bursts.on_gap(arrival.gap * self.jitter.packet_ticks / RTP_TICKS_PER_FRAME, now)
         repaired = self.nack.on_packet(seq, now) if self.config.nack else False
         result = self.jitter.insert(
             seq, timestamp, payload, now, retransmitted=repaired, duration=packet_ticks(payload)
@@ -219,6 +234,8 @@ class ReceivePath:
             self._transit.add(now - media_time)
         if copies and self.config.red:
             self._fill_from_red(copies, now)
+        elif arrival.gap and self._bursts is not None:
+            self._apply_floor(now)
         if self._nacks is not None and self.nack.missing:
             self._nacks.wake()
 
@@ -230,9 +247,27 @@ class ReceivePath:
         self._apply_floor(now)
 
     def _apply_floor(self, now: float) -> None:
-        floor = max(self._red_floor, self._repair_floor.frames(now))
+        if self._bursts is not None:
+            cfg = self.config
+            rtt = self.nack.rtt_s if self.nack.rtt_measured else 0.0  # (a guess overshoots)
+            retry = max(cfg.nack_rtt_factor * rtt, cfg.nack_min_interval_s)
+            red_frames = self.red.oldest_offset / RTP_TICKS_PER_FRAME if cfg.red else 0.0
+            self._burst_floor = self._bursts.frames(now, rtt, retry, red_frames)
+        floor = max(self._red_floor, self._repair_floor.frames(now), self._burst_floor)
+        if floor > self.jitter.min_frames and self._started_playing and not self.jitter.playing:
+            # stalled: resume as soon as the old target allows, deepen in a pause later
+            # (measured: as good as stalling on to the new depth, and the stall is shorter)
+            return
         if floor != self.jitter.min_frames:
             self.jitter.set_min_frames(floor)
+            # ask for what the buffer can still play, however long the burst before it
+            self.nack.window_frames = max(self.config.nack_window_frames, floor + 2)
+
+    @property
+    def burst_floor_frames(self) -> int:
+        """The depth the recent loss bursts' NACK repairs need (the floor without bursts when
+        there were none, or NACK is off)."""
+        return self._burst_floor
 
     # -- output ---------------------------------------------------------------------------
 
@@ -274,15 +309,21 @@ class ReceivePath:
 
     def _decode_next(self, now: float, want: int) -> Decoded:
         cfg = self.config
-        if self._short_periods >= cfg.stretch_after_periods and self._last_quiet:
+        deepening = self._burst_floor > cfg.jitter_min_frames  # bursts raised the target
+        wait = cfg.deepen_after_periods if deepening else cfg.stretch_after_periods
+        in_pause = self._quiet_run >= (cfg.pause_frames if deepening else 1)
+        if self._short_periods >= wait and in_pause and not self._overdue(now):
             # Less buffered than the target for a while (a start on a burst, or the target
             # grew): play one period of silence in this pause and let the buffer fill up.
+            # Deepening for bursts: the whole shortfall at once, one change of delay in one
+            # pause (each change of delay costs PESQ, whatever its size).
+            frames = max(1, math.floor(-self._excess_frames)) if deepening else 1
             self._short_periods = 0
-            self._stats.stretched += 1
-            silence = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+            self._stats.stretched += frames
+            silence = np.zeros(frames * FRAME_SAMPLES, dtype=np.int16)
             return Decoded(FrameKind.INSERTED, None, None, None, silence)
         item = self._pop_decode(now, want)
-        self._last_quiet = item.kind is FrameKind.FRAME and _is_quiet(item.pcm)
+        self._note_quiet(item)
         if (
             self._excess_periods >= cfg.trim_after_periods
             and self._last_quiet
@@ -293,8 +334,18 @@ class ReceivePath:
             self._excess_periods = 0
             self._stats.trimmed += 1
             item = self._pop_decode(now, want)
-            self._last_quiet = item.kind is FrameKind.FRAME and _is_quiet(item.pcm)
+            self._note_quiet(item)
         return item
+
+    def _note_quiet(self, item: Decoded) -> None:
+        self._last_quiet = item.kind is FrameKind.FRAME and _is_quiet(item.pcm)
+        self._quiet_run = self._quiet_run + 1 if self._last_quiet else 0
+
+    def _overdue(self, now: float) -> bool:
+        """Packets are overdue (a loss burst under way, or a pause): the buffer is short only
+        until they come (or it is not a stream), no reason to add delay."""
+        last = self._last_arrival
+        return last is None or now - last > 1.5 * self.jitter.packet_ticks / RTP_CLOCK_RATE
 
     def _pop_decode(self, now: float, want: int) -> Decoded:
         result = self.jitter.pop(now)

@@ -260,6 +260,25 @@ class NackGenerator:
         return self._rtt
 
     @property
+    def rtt_measured(self) -> bool:
+        """The RTT is a measurement (a repair's, or ``set_rtt``), not the initial guess."""
+        return self._rtt_measured
+
+    @property
+    def window_frames(self) -> int:
+        """How far behind the newest packet a missing one is still asked for."""
+        return self._window
+
+    @window_frames.setter
+    def window_frames(self, frames: int) -> None:
+        """Widen (or narrow) the window, e.g. to the jitter buffer's depth: a packet the buffer
+        can still play is worth asking for however long the burst before it was."""
+        if frames < 1:
+            raise ValueError("window_frames must be >= 1")
+        self._window = frames
+        self._resync_frames = max(self._resync_frames, frames)
+
+    @property
     def missing(self) -> list[int]:
         """Tracked missing sequence numbers, oldest first."""
         return [useq & SEQ_MASK for useq in self._missing]

@@ -48,13 +48,15 @@ def play_with_repairs(path: ReceivePath, drop: set[int], periods: int, rtt: floa
 
 
 def test_a_stall_a_late_repair_ended_is_kept_as_depth_for_a_while():
-    path = ReceivePath(ReceivePathConfig(log_periods=200, repair_hold_s=0.5))
+    # the stall-learnt floor alone (the burst floor, tests/unit/test_receive_burst_depth.py,
+    # would deepen for the burst itself)
+    path = ReceivePath(ReceivePathConfig(log_periods=200, repair_hold_s=0.5, burst_depth=False))
     floors = play_with_repairs(path, {40, 41, 42}, 140)  # seen 60 ms after 40 was due
     s = path.stats
     assert (s.lost, s.recovered_nack, s.concealed, s.underrun_periods) == (3, 3, 0, 1), s
     assert max(floors) == 4 and floors[30] == 3 and floors[-1] == 3
     # while the floor is up, the stall stays as depth: the next such burst is in time
-    deep = ReceivePath(ReceivePathConfig(repair_hold_s=10.0))
+    deep = ReceivePath(ReceivePathConfig(repair_hold_s=10.0, burst_depth=False))
     play_with_repairs(deep, {40, 41, 42, 80, 81, 82}, 140)
     s = deep.stats
     assert (s.recovered_nack, s.concealed, s.underrun_periods, s.trimmed) == (6, 0, 1, 0), s
