@@ -11,6 +11,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -52,10 +53,11 @@ async def wait_healthy(
 @contextlib.asynccontextmanager
 async def gateway_process(
     voices: Sequence[str], extra: Sequence[str] = (), cpu: int | None = None,
-    ice_hosts: str = "127.0.0.1", timeout: float = 60,
+    ice_hosts: str = "127.0.0.1", timeout: float = 60, log_path: str | None = None,
 ) -> AsyncIterator[str]:
     """Run ``python -m gateway`` as a user would; yield its base URL. ``ice_hosts`` "":
-    every interface but loopback (``make run``'s default)."""
+    every interface but loopback (``make run``'s default); ``log_path``: keep its output
+    there (default: a temporary file, shown if it fails to start)."""
     port = free_port()
     cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", ice_hosts,
            "--log-level", "WARNING", *extra]
@@ -63,11 +65,17 @@ async def gateway_process(
         cmd += ["--voice", v]
     if cpu is not None:
         cmd = ["taskset", "-c", str(cpu), *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output goes to a file, not a pipe: a pipe nobody reads fills up (64 KB) and then
+    # blocks the gateway's event loop on its next log line.
+    log = (tempfile.TemporaryFile(mode="w+") if log_path is None
+           else Path(log_path).open("w+"))  # noqa: ASYNC230
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        def output() -> str:  # the pipe is read only once the process has ended
-            return proc.stdout.read() if proc.poll() is not None and proc.stdout else ""
+        def output() -> str:
+            log.flush()
+            log.seek(0)
+            return log.read()
 
         await wait_healthy(url, proc, output, timeout)
         yield url
@@ -77,6 +85,7 @@ async def gateway_process(
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def machine() -> dict[str, Any]:

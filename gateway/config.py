@@ -42,6 +42,8 @@ class GatewayConfig:
     log_format: str = "text"  # or "json": one object per line, with session/utterance ids
     event_loop: str = "auto"  # auto: uvloop when installed
     send_path: str = "batch"
+    idle_packets: str = "silence"  # between utterances: "silence" every 20 ms, or "dtx"
+    early_first_frame: bool = False  # an idle stream sends a new utterance's first frame now
     answer_nack: bool = True
     release_dtls: bool = True  # free OpenSSL's DTLS state once a session is connected
     test_drop_first_tx_percent: float = 0.0
@@ -98,6 +100,8 @@ class GatewayConfig:
             test_drop_burst=self.test_drop_burst,
             test_repair_delay_ms=self.test_repair_delay_ms,
             send_path=self.send_path,
+            idle_packets=self.idle_packets,
+            early_first_frame=self.early_first_frame,
             release_dtls=self.release_dtls,
             red_distance=self.red_distance,
             red_adaptive=self.red_adaptive,
@@ -330,6 +334,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="batch: every stream's due packet is built and sent from one shared tick "
                    "(fast); aiortc: aiortc's own per-sender loop pulls from a track "
                    "[GATEWAY_SEND_PATH]")
+    p.add_argument("--idle-packets", choices=["silence", "dtx"],
+                   default=_env("IDLE_PACKETS", "silence"),
+                   help="what a stream sends between utterances (batch send path): silence: a "
+                   "silent Opus frame every 20 ms; dtx: Opus DTX, a 1-byte packet every 400 ms, "
+                   "speech resuming with the marker bit set [GATEWAY_IDLE_PACKETS]")
+    p.add_argument("--early-first-frame", action=argparse.BooleanOptionalAction,
+                   default=_env("EARLY_FIRST_FRAME", "0") not in ("", "0", "false"),
+                   help="with --idle-packets dtx: a new utterance's first frame is sent at once "
+                   "(the stream's clock restarts there) instead of in its next 20 ms slot "
+                   "[GATEWAY_EARLY_FIRST_FRAME]")
     p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"],
                    default=_env("EVENT_LOOP", "auto"),
                    help="auto = uvloop when installed (the 'speed' extra), else asyncio "
@@ -407,6 +421,8 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         log_format=args.log_format,
         event_loop=args.event_loop,
         send_path=args.send_path,
+        idle_packets=args.idle_packets,
+        early_first_frame=args.early_first_frame,
         answer_nack=not args.no_nack,
         release_dtls=not args.keep_dtls_state,
         test_drop_first_tx_percent=args.test_drop_first_tx,

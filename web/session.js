@@ -43,6 +43,7 @@ export async function connect() {
     timers: [],
     lastStats: null,
     speaking: new Set(), // Speak clicks whose sound has not been measured yet (speech.js)
+    pipelineMs: null, // receiver playout → audible output, as the last onset measured it
     ended: false,
   };
   session = current;

@@ -4,12 +4,14 @@
 // Sound after: the gateway reports the RTP timestamp of the utterance's first packet
 // (`first_timestamp`, GET its location) once it has sent it, and Playout dates when Chromium's
 // receiver played that packet. When nothing was playing at the click, the onset in the audio
-// graph (the AnalyserNode's level crossing −26 dBFS) is the figure, as heard — unless it came
-// before the utterance's first packet even played, when it was someone else's sound. When speech
-// was playing (or an earlier click is still to be heard) the level cannot tell where this
-// utterance begins, and the RTP timestamp is the figure.
+// graph is the figure, as heard: the AudioWorklet detector's first sample at or above −34 dBFS,
+// dated when it reaches the output (audio.onset) — unless it came before the utterance's first
+// packet even played, when it was someone else's sound. When speech was playing (or an earlier
+// click is still to be heard) the level cannot tell where this utterance begins: the figure is
+// when the receiver played its first packet plus the receiver → output delay this session last
+// measured (an onset minus its packet's playout), or the output latency before any was.
 
-import { AUDIBLE_RMS, SILENCE_HOLD_MS, SILENT_RMS, audio, watch } from "./audio.js";
+import { SILENCE_HOLD_MS, SILENT_RMS, audio, watch } from "./audio.js";
 import { describe } from "./http.js";
 import { currentSession } from "./session.js";
 import { demo } from "./state.js";
@@ -57,7 +59,10 @@ export async function speak() {
     state: null, // the utterance's state when last polled
     firstTimestamp: null, // RTP timestamp of its first packet
     playedAt: null, // when the receiver played that packet
-    onsetAt: null, // the level onset (idle stream only)
+    onsetAt: null, // the onset, at the output (idle stream only)
+    onsetRenderedAt: null, // ... when the audio graph rendered it
+    onsetSource: null, // "worklet" | "analyser" (no AudioWorklet)
+    pipelineMs: null, // the receiver → output delay added to a "rtp" figure
     done: false,
   };
   demo.lastSpeak = record;
@@ -68,9 +73,7 @@ export async function speak() {
   readout = record;
   showLatency("waiting for sound…");
   const stop = new AbortController();
-  const onset = busy
-    ? null
-    : watch(() => audio.rms() > AUDIBLE_RMS, { limitMs: SOUND_LIMIT_MS, signal: stop.signal });
+  const onset = busy ? null : audio.onset({ limitMs: SOUND_LIMIT_MS, signal: stop.signal });
   try {
     try {
       record.utterance = await postSpeech(current.url, body);
@@ -105,14 +108,22 @@ async function soundAt(current, record, onset) {
   const played = await current.playout.when(ts);
   record.playedAt = played;
   if (onset) {
-    record.onsetAt = await Promise.race([onset, sleep(ONSET_WAIT_MS).then(() => null)]);
-    if (record.onsetAt !== null && (played === null || record.onsetAt >= played - ONSET_SLACK_MS)) {
+    const heard = await Promise.race([onset, sleep(ONSET_WAIT_MS).then(() => null)]);
+    if (heard !== null) {
+      record.onsetAt = heard.at;
+      record.onsetRenderedAt = heard.renderedAt;
+      record.onsetSource = heard.source;
+    }
+    if (heard !== null && (played === null || heard.at >= played - ONSET_SLACK_MS)) {
       record.method = "onset";
-      return record.onsetAt;
+      if (played !== null && heard.source === "worklet") current.pipelineMs = heard.at - played;
+      return heard.at;
     }
   }
-  record.method = played === null ? null : "rtp";
-  return played;
+  if (played === null) return null;
+  record.method = "rtp";
+  record.pipelineMs = current.pipelineMs ?? audio.outputLatency() * 1000;
+  return played + record.pipelineMs;
 }
 
 /** Poll the utterance until the gateway has sent its first packet: that packet's RTP timestamp. */

@@ -27,6 +27,7 @@ class ReceivedPacket:
     arrival: float  # time.monotonic()
     payload_type: int
     ssrc: int
+    marker: bool = False  # RTP M bit: a talkspurt's first packet (with DTX)
 
 
 DEFAULT_MAX_PACKETS = 90_000  # 30 min of 20 ms packets, when a capture is asked for
@@ -75,6 +76,7 @@ class RtpCapture:
                 ReceivedPacket(
                     seq, int(packet.timestamp), bytes(packet.payload), now,  # type: ignore[attr-defined]
                     int(packet.payload_type), int(packet.ssrc),  # type: ignore[attr-defined]
+                    bool(packet.marker),  # type: ignore[attr-defined]
                 )
             )
         elif self.keeps_packets:

@@ -32,6 +32,7 @@ from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway import aiortc_compat
+from gateway.media.frames import FrameOwner
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
 from gateway.media.rtp_sink import RtpSink, take_slot
@@ -40,6 +41,9 @@ from gateway.media.ticker import Ticker
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
 MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before dropping
+RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
+DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
+EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -77,12 +81,21 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_direct", "_header", "_last_error", "_pending_sends", "_red_header", "_running",
-        "_sender", "_seq", "_ts_origin", "pacer", "queue", "silence", "sink", "stats", "store",
-        "ticker",
+        "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error", "_marker_header",
+        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
+        "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
+        "store", "ticker",
     )
 
-    def __init__(self, sink: RtpSink) -> None:
+    def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:
+        """``dtx``: between utterances send Opus DTX (a 1-byte packet, the silence frame's TOC
+        with no frame, every ``DTX_EVERY`` slots) instead of a silent frame every slot, the
+        marker bit set on the first packet of each talkspurt (RFC 3551 §4.1; without DTX every
+        packet carries it, as aiortc's own packetizer sets it). ``early_first_frame``: a frame
+        reaching an idle DTX stream's empty queue is sent on the next tick of the grid, not in the
+        stream's next 20 ms slot: the last (empty) slot is taken back, the schedule restarts
+        there and the RTP clock moves with it (without DTX it changes nothing: see
+        ``_on_wake``)."""
         if sink.ticker is None:
             raise ValueError("the batch path runs on a sink's ticker")
         self.sink = sink
@@ -98,6 +111,12 @@ class BatchStream:
         self._ts_origin = random.randint(0, 0xFFFFFFFF)
         self._pending_sends: set[asyncio.Task[None]] = set()
         self._last_error: str | None = None
+        self.dtx = dtx
+        self.early_first_frame = early_first_frame
+        self.early_sends = 0  # first frames sent before their slot (early_first_frame)
+        self._idle_slots = 0  # slots since the last queued frame was sent (0: speaking)
+        self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
+        self._marker_header: RtpHeaderTemplate | None = None
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -105,9 +124,14 @@ class BatchStream:
             return
         self._sender = sender
         mid, extensions = aiortc_compat.sender_rtp_context(sender)
+        marker = 0 if self.dtx else 1
         self._header = RtpHeaderTemplate.from_aiortc(
-            payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid
+            payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=marker
         )
+        if self.dtx:  # the first packet of a talkspurt
+            self._marker_header = RtpHeaderTemplate.from_aiortc(
+                payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=1
+            )
         self.store.header = self._header  # NACKed packets are rebuilt from it
         self._red_header = None
         if self.sink.red is not None:
@@ -116,10 +140,13 @@ class BatchStream:
             )
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._running = True
+        if self.early_first_frame:
+            self.queue.on_wake = self._on_wake
         self._schedule()
 
     def stop(self) -> None:
         self._running = False
+        self.queue.on_wake = None
         for task in self._pending_sends:
             task.cancel()
 
@@ -147,7 +174,10 @@ class BatchStream:
             sent = 0
             while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
                 sent += 1  # before sending: a packet that raises still used its slot
-                self._send_one(now, ntp, ast, ast_bytes)
+                if self.dtx and not len(self.queue):
+                    self._idle_slot(now, ntp, ast, ast_bytes)
+                else:
+                    self._send_one(now, ntp, ast, ast_bytes)
         except Exception as exc:
             self.stats.send_errors += 1
             if self._last_error is None:  # logged once per stream; counted every time
@@ -157,10 +187,81 @@ class BatchStream:
             if self._running:
                 self._schedule()
 
+    def _on_wake(self) -> None:
+        """A frame reached the empty queue: on an idle DTX stream, send it now rather than in
+        the next slot (``early_first_frame``). The stream's own tick chain is left as it is:
+        when it fires, its slot is not due yet, and it re-arms for the next."""
+        if not self._running:
+            return
+        if not self._idle_slots:
+            return  # speaking (or nothing sent yet): the frame keeps its place in the stream
+        pacer = self.pacer
+        now = pacer.now()
+        wait = pacer.time_to_next(now)
+        if 0 <= wait < EARLY_MIN_WAIT_S:
+            return  # its slot is about due anyway
+        if not self.dtx:
+            # Sent ahead of its slot with the slot's timestamp, the frame would only wait in the
+            # receiver's jitter buffer (playout follows the continuous stream's timestamps), and
+            # look early: measured, nothing gained (README, latency).
+            return
+        # (An overdue slot -- a late tick -- is restarted the same way: it carried nothing.)
+        # The last idle slot sent nothing: restart the schedule there, now, and move the RTP
+        # clock with it so timestamps keep following real time (a talkspurt after DTX may
+        # jump; one that fell behind real time would look late, and grow the receiver's
+        # jitter buffer by the shift at every talkspurt).
+        shift = pacer.reopen_last(now)
+        self._ts_origin = (self._ts_origin + round(shift * RTP_CLOCK_HZ)) & 0xFFFFFFFF
+        # Sent right here, from the producer's hand-over (at most a grid tick, 2.5 ms, ahead of
+        # the restarted slot): a timer, even the next tick's, costs a loop wake-up and, on a
+        # busy machine, several ms more.
+        self._send_early()
+
+    def _send_early(self) -> None:
+        if not self._running or not len(self.queue):
+            return
+        try:
+            now = self.pacer.now()
+            ntp = ntp_now()
+            ast = abs_send_time(ntp)
+            self.early_sends += 1
+            self._send_one(now, ntp, ast, ast.to_bytes(3, "big"))
+        except Exception as exc:
+            self.stats.send_errors += 1
+            self._last_error = repr(exc)
+            log.exception("early send failed (the stream carries on)")
+
+    def _idle_slot(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
+        """DTX: an empty slot; a 1-byte DTX packet on the first and every DTX_EVERY-th."""
+        idle = self._idle_slots
+        self._idle_slots = idle + 1
+        slot = self.pacer.release(now)
+        if idle % DTX_EVERY:
+            return
+        stats = self.stats
+        if not stats.frames_sent:
+            stats.first_sent_at = now
+        stats.frames_sent += 1
+        stats.silence_frames += 1
+        stats.bytes_sent += 1
+        self._emit(self._dtx_payload, None, 0, slot, now, ntp, ast, ast_bytes, self._header)
+
     def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
         payload, owner, index, slot = take_slot(
             self.queue, self.pacer, self.stats, self.silence, now
         )
+        header = self._header
+        if owner is None:  # keep-alive silence (no DTX)
+            self._idle_slots += 1
+        elif self._idle_slots:  # a talkspurt starts
+            self._idle_slots = 0
+            header = self._marker_header or header  # (DTX only: otherwise every packet has M)
+        self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
+
+    def _emit(
+        self, payload: bytes, owner: FrameOwner | None, index: int, slot: int, now: float,
+        ntp: int, ast: int, ast_bytes: bytes, header: RtpHeaderTemplate,
+    ) -> None:
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF
@@ -168,7 +269,8 @@ class BatchStream:
         is_red = False
         if red is not None:
             payload, is_red = red.wrap(payload, timestamp, now)
-        header = self._red_header if is_red else self._header
+        if is_red:
+            header = self._red_header or header
         data = header.build(seq, timestamp, ast_bytes, payload)
         sender = self._sender
         assert sender is not None

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
     __slots__ = ("_indexes", "_owners", "_payloads", "_reader", "_space", "high_water",
-                 "low_water", "maxsize", "producer_waits")
+                 "low_water", "maxsize", "on_wake", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -44,6 +44,8 @@ class FrameQueue:
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
         self.high_water = 0
         self.producer_waits = 0  # times a producer slept on a full queue
+        #: called when a frame arrives in an empty queue (a paced consumer that may send early)
+        self.on_wake: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         return len(self._payloads)
@@ -89,6 +91,7 @@ class FrameQueue:
         room = min(self.maxsize - len(self._payloads), len(payloads) - done)
         if room <= 0:
             return 0
+        was_empty = not self._payloads
         self._payloads.extend(payloads[done : done + room])
         self._owners.extend(itertools.repeat(owner, room))
         self._indexes.extend(range(index_base + done, index_base + done + room))
@@ -99,6 +102,8 @@ class FrameQueue:
             self._reader = None
             if not reader.done():
                 reader.set_result(None)
+        if was_empty and self.on_wake is not None:
+            self.on_wake()
         return room
 
     async def wait_ready(self) -> None:

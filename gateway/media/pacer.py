@@ -81,6 +81,19 @@ class PacingClock:
         await self.wait_due()
         return self.release()
 
+    def reopen_last(self, at: float) -> float:
+        """Take back the last released slot (one that carried no packet: DTX) and make it due
+        at ``at`` (snapped to the grid): the schedule restarts there, a period apart as before.
+        Returns how much later than before the schedule now runs (s): a sender adds it to its
+        media clock, so timestamps keep following real time."""
+        if self._origin is None or self._slot == 0:
+            return 0.0
+        self._slot -= 1
+        due = self._align(at) if self._align is not None else at
+        shift = due - (self._origin + self._slot * self.period)
+        self._origin = due - self._slot * self.period
+        return shift
+
     def release(self, now: float | None = None) -> int:
         """Account for releasing the next slot now (on time, early or late); return its index."""
         due = self.deadline()

@@ -20,6 +20,8 @@ class SessionOptions:
     test_drop_burst: float = 0.0  # TEST ONLY: mean burst length of those losses (0: independent)
     test_repair_delay_ms: float = 0.0  # TEST ONLY: resends leave this late (a long round trip)
     send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
+    idle_packets: str = "silence"  # between utterances (batch path): "silence" / "dtx"
+    early_first_frame: bool = False  # an idle stream sends a first frame at once (batch path)
     release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
     red_distance: int = 2  # RFC 2198: previous frames each packet carries (0: no RED)
     red_adaptive: bool = True  # RED only while the receiver reports loss

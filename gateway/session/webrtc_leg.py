@@ -89,7 +89,10 @@ class WebRtcLeg:
         self.transmitter: BatchStream | PassthroughOpusTrack
         self.track: MediaStreamTrack
         if options.send_path == "batch":
-            self.transmitter = BatchStream(self.sink)
+            self.transmitter = BatchStream(
+                self.sink, dtx=options.idle_packets == "dtx",
+                early_first_frame=options.early_first_frame,
+            )
             self.track = ParkedTrack(on_sender_started=self._start_batch)
         else:
             self.transmitter = self.track = PassthroughOpusTrack(self.sink)
@@ -320,6 +323,8 @@ class WebRtcLeg:
             "send_errors": stats.send_errors,
             "async_sends": stats.async_sends,
             "async_dropped": stats.async_dropped,
+            "idle_packets": self.options.idle_packets,
+            "early_first_frames": getattr(self.transmitter, "early_sends", 0),
             "queued_frames": len(self.queue),
             "frame_store": {"size": len(self.store), "capacity": self.store.capacity},
             "nack": self.retransmitter.stats(),

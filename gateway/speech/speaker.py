@@ -30,6 +30,11 @@ from gateway.tts.base import SynthesisError, Synthesizer, open_stream
 log = logging.getLogger(__name__)
 
 ENCODE_BATCH = 10  # frames per trip to the encoder threads (200 ms of audio)
+# The first frames of an utterance are encoded on the loop (≈0.3 ms each): the first decides
+# first-audio latency, and the next two give the first trip to the pool 40 ms (not 0-20 ms)
+# before the stream needs its result -- on a busy machine the trip took longer than the first
+# frame's slot, and a silent frame went out between frames one and two.
+LOOP_FRAMES = 3
 
 __all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Utterance",
            "UtteranceState"]
@@ -261,8 +266,8 @@ class Speaker:
         utterance.cached = True
         frames = phrase.frames
         if frames:
-            await self.frames.extend(frames[:1], utterance)
             utterance.first_frame_queued_at = time.monotonic()
+            await self.frames.extend(frames[:1], utterance)
             await self.frames.extend(frames, utterance, first_index=1, start=1)  # no copy
         self._all_queued(utterance, len(frames))
 
@@ -282,10 +287,10 @@ class Speaker:
 
         A 24 kHz hybrid Opus frame costs ≈0.3 ms of CPU at complexity 9: on the loop thread that
         would delay every stream's pacing, so frames are encoded on the encoder pool in batches
-        of up to ENCODE_BATCH, one thread hop per batch -- all but the first frame of an
-        utterance, which decides first-audio latency: it is encoded right here (0.3 ms of loop
-        time once per utterance; a hop to a worker thread under load took 8-26 ms, bench/load.py
-        overhead probes). The encoder is this utterance's own and batches are sequential, so it
+        of up to ENCODE_BATCH, one thread hop per batch -- all but the first LOOP_FRAMES of an
+        utterance: the first decides first-audio latency, and it and the next two are encoded
+        right here (≈1 ms of loop time once per utterance; a hop to a worker thread under load
+        took 8-26 ms, bench/load.py overhead probes), so the first hop has 40 ms to return. The encoder is this utterance's own and batches are sequential, so it
         is never used from two threads at once.
         """
         if encoder is None:  # PCM out: the frames themselves
@@ -295,8 +300,8 @@ class Speaker:
             return index
         done = 0
         while done < len(pcm_frames):
-            if utterance.frames_encoded == 0:
-                batch = pcm_frames[done : done + 1]
+            if utterance.frames_encoded < LOOP_FRAMES:
+                batch = pcm_frames[done : done + LOOP_FRAMES - utterance.frames_encoded]
                 payloads = encoder.encode_many(batch)
             else:
                 batch = pcm_frames[done : done + ENCODE_BATCH]
@@ -311,7 +316,7 @@ class Speaker:
         return index
 
     async def _put(self, utterance: Utterance, payload: bytes, index: int) -> None:
-        await self.frames.extend((payload,), utterance, index)
-        if utterance.first_frame_queued_at is None:
+        if utterance.first_frame_queued_at is None:  # handed over (a sink may send it at once)
             utterance.first_frame_queued_at = time.monotonic()
+        await self.frames.extend((payload,), utterance, index)
 

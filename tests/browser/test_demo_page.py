@@ -118,7 +118,8 @@ async def test_page_is_es_modules_served_as_javascript(start_gateway, page):
     served without a JavaScript MIME type is refused by the browser (and the page would never
     become ready); every .js file in web/ is part of the page. The AudioWorklet module
     (``*-worklet.js``) is loaded by ``audioWorklet.addModule`` when the page starts, a fetch
-    that resource timing does not list: the page says it loaded it."""
+    that resource timing does not list: the page says it loaded it; the onset detector's when
+    the page connects (test_onset_readout.py checks it loads and hears)."""
     gw = await start_gateway()
     await open_demo(page, gw.url)
     loaded = await page.evaluate(
@@ -126,7 +127,7 @@ async def test_page_is_es_modules_served_as_javascript(start_gateway, page):
     )
     paths = {urlparse(url).path for url in loaded}
     worklets = {f"/web/{p.name}" for p in WEB.glob("*-worklet.js")}
-    assert worklets == {"/web/http-playout-worklet.js"}
+    assert worklets == {"/web/http-playout-worklet.js", "/web/onset-worklet.js"}
     assert paths == {f"/web/{p.name}" for p in WEB.glob("*.js")} - worklets, paths
     await page.wait_for_function("() => window.gatewayDemo.http.workletReady")
     assert await page.eval_on_selector("script[src]", "s => s.type") == "module"
