@@ -2,6 +2,8 @@
 
     whisper | whisper:tiny.en                 the bundled Whisper tiny.en (default), int8, CPU
     whisper:/path/to/ct2-model?threads=2&workers=1&min_frames=1000&compute=int8&nice=5&idle=1
+    whisper?process=0                         decode on threads of this process (default: in
+                                              child processes, no GIL shared with the loop)
     openai+http://host:port/v1?model=whisper-1&language=en&timeout=15&key_env=NAME
     openai+https://...                        any OpenAI-compatible transcription server
 
@@ -19,7 +21,8 @@ from gateway.listen.whisper_asr import BUNDLED, WhisperOptions, WhisperRecognize
 
 DEFAULT_SPEC = "whisper:tiny.en"
 _WHISPER_KEYS = {"threads": "cpu_threads", "workers": "workers", "min_frames": "min_frames",
-                 "compute": "compute_type", "nice": "nice", "idle": "idle"}
+                 "compute": "compute_type", "nice": "nice", "idle": "idle",
+                 "process": "process"}
 _OPENAI_KEYS = {"model", "language", "prompt", "timeout", "connect_timeout", "key_env",
                 "partials"}
 
@@ -36,17 +39,17 @@ def _query(spec: str, query: str, allowed: set[str]) -> dict[str, str]:
 def parse_recognizer_spec(spec: str) -> WhisperOptions | OpenAITranscriptionConfig:
     spec = spec.strip() or DEFAULT_SPEC
     try:
-        if spec == "whisper" or spec.startswith("whisper:"):
-            body, _, query = spec.partition(":")[2].partition("?")
+        if spec == "whisper" or spec.startswith(("whisper:", "whisper?")):
+            body, _, query = spec.removeprefix("whisper").removeprefix(":").partition("?")
             params = _query(spec, query, set(_WHISPER_KEYS))
             values: dict[str, object] = {"model": body or BUNDLED}
             for key, value in params.items():
                 field = _WHISPER_KEYS[key]
                 if field == "compute_type":
                     values[field] = value
-                elif field == "idle":
+                elif field in ("idle", "process"):
                     if value not in ("0", "1"):
-                        raise ValueError(f"idle must be 0 or 1, not {value!r}")
+                        raise ValueError(f"{key} must be 0 or 1, not {value!r}")
                     values[field] = value == "1"
                 else:
                     values[field] = int(value)

@@ -20,6 +20,11 @@ def test_whisper_specs():
     assert parse_recognizer_spec("whisper:tiny.en?idle=0&nice=10") == WhisperOptions(
         idle=False, nice=10)
     assert WhisperOptions().idle  # SCHED_IDLE by default
+    assert WhisperOptions().process  # in child processes by default
+    assert parse_recognizer_spec("whisper?process=0&idle=0") == WhisperOptions(
+        process=False, idle=False)  # the model name may be left out before a query
+    with pytest.raises(ValueError, match="process must be 0 or 1"):
+        parse_recognizer_spec("whisper?process=yes")
 
 
 def test_openai_specs():

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import re
+import signal
 import time
 
 import numpy as np
@@ -128,16 +130,45 @@ async def test_a_looping_short_context_is_redone_with_the_full_window(recognizer
     # Hello, can you hear me? Hello,"): the recogniser must notice and redo it.
     from gateway.listen.repetition import has_loop
 
-    rec = WhisperRecognizer(WhisperOptions(min_frames=200, margin_frames=0))
-    for loaded in ("_model", "_tokenizer", "_prompt", "_suppress"):  # no second model load
-        setattr(rec, loaded, getattr(recognizer, loaded))
+    rec = WhisperRecognizer(WhisperOptions(min_frames=200, margin_frames=0, process=False))
     audio = spoken("Hello, can you hear me?")
     try:
+        await rec.load()  # in this process: the test calls the engine's own decode below
         transcript = await rec.transcribe(audio, final=True)
-        quick = await rec._pool.run(rec._decode, audio.astype(np.float32) / 32768,
+        quick = await rec._pool.run(rec.engine.decode, audio.astype(np.float32) / 32768,
                                     rec.options.context_frames(len(audio)))
     finally:
         await rec.close()
     assert transcript is not None
     assert words(transcript.text) == words("Hello, can you hear me?")
     assert transcript.looped == (quick.capped or has_loop(quick.text))
+
+
+async def test_decodes_run_in_an_idle_child_process(recognizer):
+    (child,) = recognizer.processes  # the default: one worker, in a process of its own
+    assert child.pid is not None and child.pid != os.getpid() and child.process.is_alive()
+    assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # this process keeps its priority
+    decodes = recognizer.decodes
+    transcript = await recognizer.transcribe(silence(0.5), final=True)
+    assert transcript is not None and recognizer.decodes == decodes + 1
+
+
+@needs_espeak
+async def test_a_killed_child_is_replaced_by_the_next_decode_and_close_ends_it():
+    rec = WhisperRecognizer(WhisperOptions())
+    try:
+        await rec.load()
+        (child,) = rec.processes
+        first_pid = child.pid
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGKILL)
+        await asyncio.to_thread(child.process.join, 10)
+        transcript = await rec.transcribe(spoken(QUESTIONS[0]), final=True)
+        assert transcript is not None and words(transcript.text) == words(QUESTIONS[0])
+        assert child.restarts == 1 and child.pid not in (None, first_pid)
+    finally:
+        await rec.close()
+    assert not child.process.is_alive()
+    with pytest.raises(RecognitionError, match="closed"):
+        await rec.transcribe(silence(0.5), final=True)

@@ -48,11 +48,12 @@ class ScriptedModel:
 
 
 def recognizer(model: ScriptedModel) -> WhisperRecognizer:
-    rec = WhisperRecognizer(WhisperOptions(workers=1))
-    rec._model = model
-    rec._tokenizer = Tokenizer()
-    rec._prompt = [50257, 50362]
-    rec._suppress = []
+    rec = WhisperRecognizer(WhisperOptions(workers=1, process=False))  # in this process
+    engine = rec.engine
+    engine._model = model
+    engine._tokenizer = Tokenizer()
+    engine._prompt = [50257, 50362]
+    engine._suppress = []
     return rec
 
 
