@@ -496,6 +496,7 @@ class ReceivePath:
             dropped=jb.dropped,
             underruns=jb.underruns - jb.pauses,
             underrun_periods=self._stats.underrun_periods + self._dry_periods,
+            stalled_periods=self._stats.underrun_periods,
             pauses=jb.pauses,
             jitter_ms=jb.jitter_ms,
             target_frames=jb.target_frames,

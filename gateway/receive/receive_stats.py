@@ -29,6 +29,7 @@ class ReceiveStats:
     played: int = 0  # playout periods with a frame (decoded, FEC or concealed)
     underruns: int = 0  # times playout ran dry after it had started (stalls, not pauses)
     underrun_periods: int = 0  # periods played as underrun after the start (pauses not)
+    stalled_periods: int = 0  # ... of those, in stalls that ended (not the stream's end)
     pauses: int = 0  # the sender paused (DTX, mute): resumed later in timestamp, no seq gap
     paused_periods: int = 0  # periods of silence those pauses took
     skipped_periods: int = 0  # periods the playout clock missed (event loop stalled)
