@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+RECHECK_S = 1.0
+
 
 class BurstDepth:
     def __init__(
@@ -55,6 +57,10 @@ class BurstDepth:
         self._held = base
         self._held_at = 0.0
         self.bursts_seen = 0
+        # frames() is asked every playout period: it recomputes on a new gap, new inputs, or
+        # once per RECHECK_S (between gaps the need only falls: the rate's span grows)
+        self._inputs: tuple[float, float, float] | None = None
+        self._check_at = float("-inf")
 
     def on_gap(self, frames: float, now: float) -> None:
         """A gap of ``frames`` (20 ms frames of missing packets) was seen at ``now``."""
@@ -62,6 +68,7 @@ class BurstDepth:
             return
         self.bursts_seen += 1
         self._bursts.append((now, frames))
+        self._inputs = None  # recompute
 
     def burst_frames(self, now: float) -> float:
         """The burst length exceeded once per ``late_every_s`` at the recent rate (0: none)."""
@@ -93,6 +100,10 @@ class BurstDepth:
     ) -> int:
         """The floor now: ``base`` with no recent burst, at most ``top``. ``red_frames``: how
         many frames back RED copies reach (a burst that short needs no NACK round trip)."""
+        inputs = (rtt_s, retry_interval_s, red_frames)
+        if inputs == self._inputs and now < self._check_at:
+            return self._held
+        self._inputs, self._check_at = inputs, now + RECHECK_S
         burst = self.burst_frames(now)
         need = self.base
         if burst:

@@ -68,6 +68,9 @@ class ReceivePathConfig:
                                                        self.pause_frames) < 1:
             raise ValueError("need 1 <= burst_max_frames <= 50, deepen_after_periods and "
                              "pause_frames >= 1")
+        if self.burst_late_every_s <= 0 or self.burst_memory_s <= 0 or self.burst_round_trips < 1:
+            raise ValueError("need burst_late_every_s > 0, burst_memory_s > 0 and "
+                             "burst_round_trips >= 1")
 
     @property
     def jitter_min_frames(self) -> int:

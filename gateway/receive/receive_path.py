@@ -32,7 +32,11 @@ very packet showed missing, before a NACK is sent for them or FEC/PLC is tried
 (:class:`RedRecovery`); without NACK the buffer keeps up to ``red_reserve_frames`` more so the
 oldest copy comes in time. A stall that repairs ended (a loss burst longer than the buffer) is
 kept as depth for ``repair_hold_s`` (:class:`RepairFloor`), so the next such burst is repaired
-in time instead of stalling again.
+in time instead of stalling again. With NACK on, every sequence gap is also a burst for
+:class:`BurstDepth`: the buffer holds what the stream's bursts need for their repairs to come in
+time (the tail of their lengths plus the RTT, at most ``burst_max_frames``), peak-held; it
+deepens to that in a pause (``pause_frames`` quiet frames in a row, the whole shortfall at once,
+never while packets are overdue), and a stall under way resumes at the old target first.
 
 Everything is bounded (buffers, ring, the opt-in log and recording); ``close`` stops the clock,
 the NACK task, the PCM source and every waiter. Settings: :class:`ReceivePathConfig`;
