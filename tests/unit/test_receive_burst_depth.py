@@ -165,3 +165,15 @@ def test_a_clean_stream_pays_nothing():
 def test_no_burst_floor_without_nack():
     path = play(ReceivePathConfig(nack=False, log_periods=400), LEARN)
     assert path.burst_floor_frames == path.config.jitter_min_frames == 2
+
+
+def test_the_jitter_floor_may_exceed_what_jitter_alone_reaches():
+    from gateway.receive.jitter_buffer import JitterBuffer
+
+    jb = JitterBuffer(min_frames=2, max_frames=5, capacity=50)
+    jb.set_min_frames(12)  # a burst floor above max_frames: the target follows
+    assert jb.min_frames == jb.target_frames == 12
+    with pytest.raises(ValueError):
+        jb.set_min_frames(51)
+    with pytest.raises(ValueError):
+        ReceivePathConfig(burst_round_trips=0)
