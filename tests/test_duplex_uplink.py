@@ -66,3 +66,16 @@ def test_a_stall_in_speech_keeps_the_speech_and_is_caught_up_in_the_silence_afte
     # last voiced frame plays STALL periods late (period 90), the backlog is gone 15 later
     left, path = delay_after_stall(UPLINK_RECEIVE, voiced_until=75, periods_after=34 + STALL + 2)
     assert left <= 1 and path.stats.dropped == 0 and path.stats.trimmed >= STALL - 2
+
+
+def test_bursty_loss_does_not_deepen_the_microphone_buffer():
+    # a loudspeaker's path deepens to wait for repairs of bursts; the microphone's must not:
+    # its depth is endpointing delay (a repair that comes too late is concealed instead)
+    from tests.unit.test_receive_burst_depth import LEARN, LONG, play
+
+    mic = play(dataclasses.replace(UPLINK_RECEIVE, log_periods=400), LEARN | LONG)
+    assert mic.burst_floor_frames == UPLINK_RECEIVE.jitter_min_frames  # 1 + 1 for NACK
+    assert mic.stats.stretched == 0  # no silence inserted to deepen
+    speaker = play(dataclasses.replace(UPLINK_RECEIVE, log_periods=400, burst_depth=True),
+                   LEARN | LONG)
+    assert speaker.burst_floor_frames >= 8  # what the same losses do with the floor on

@@ -50,9 +50,11 @@ UPLINK_RATE, ASR_RATE, ASR_FRAME = 24_000, 16_000, 320
 #: frame is cut in every period that starts over the target (the client waits 25 periods: a
 #: loudspeaker would click). Cutting silence is harmless here -- the turn's end then comes as
 #: it would have without the stall, not a backlog later -- and speech is not cut (the
-#: recogniser would lose words; the client's 5 s force-trim stays).
+#: recogniser would lose words; the client's 5 s force-trim stays). No burst floor: a
+#: loudspeaker's buffer deepens under bursty loss to wait for repairs (up to 240 ms), but
+#: here depth is endpointing delay; a repair too late for the shallow buffer is concealed.
 UPLINK_RECEIVE = ReceivePathConfig(pcm_ring_frames=0, min_frames=1, max_frames=3,
-                                   trim_after_periods=1)
+                                   trim_after_periods=1, burst_depth=False)
 
 
 @dataclass(eq=False)
