@@ -35,7 +35,8 @@ MAX_ADDRESSES_PER_ENDPOINT = 32  # a peer's candidates that checked us; more are
 MAX_TRANSACTIONS = 8192  # outgoing STUN requests awaiting a response, oldest forgotten first
 MAX_UFRAGS_PER_ENDPOINT = 2  # the current ufrag and the one before an ICE restart
 SOCKET_BUFFER = 4 << 20  # bytes; the kernel caps it at net.core.[rw]mem_max
-MAX_READS = 512  # datagrams read per wake-up before other callbacks get their turn
+MAX_READS = 8192  # datagrams read per wake-up: about what the socket's buffer holds, so one
+# wake-up drains it (per-session sockets were drained all at once too, 32 each per iteration)
 RECV_SIZE = 2048  # past any datagram of ours (MTU-sized)
 
 
@@ -132,8 +133,8 @@ class MuxEndpoint(asyncio.DatagramTransport):
 class UdpMux:
     """The shared socket of one local address and its routing tables.
 
-    It reads its own non-blocking socket (``loop.add_reader``) until it is empty, up to
-    ``MAX_READS`` datagrams per wake-up: asyncio's and uvloop's datagram transports read one
+    It reads its own non-blocking socket (``loop.add_reader``) until it is empty (at most
+    ``MAX_READS`` datagrams per wake-up): asyncio's and uvloop's datagram transports read one
     (uvloop: 32) per event-loop iteration, which one socket carrying every session's traffic
     outgrows under load -- responses then wait in the socket behind the timers that expire
     them (measured: consent checks failing at 500 streams on a busy core).
