@@ -4,7 +4,8 @@
     make bench-browser
 
 The gateway runs as ``make run`` starts it (its own process, the embedded Piper voice first and
-so the default, ``--duplex --agent echo``, ICE host candidates on every interface but loopback),
+so the default, ``--duplex --agent echo``, ICE host candidates on every interface but
+loopback),
 plus a CosyVoice stand-in voice (``gateway.testing.cosyvoice_server``, its own process, 150 ms to
 its first chunk). Chromium (Debian's, via Playwright) loads a bench-only page
 (``bench/pages/latency.html``, served by Playwright at the gateway's origin, not by the
@@ -46,6 +47,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -62,6 +64,9 @@ PAGE_PATH = "/__bench__/latency.html"
 TARGETS = {"connect_first_packet_ms": 100.0, "embedded_onset_ms": 120.0,
            "embedded_above_first_pcm_ms": 40.0}
 STANDIN_FIRST_CHUNK_MS = 150.0
+#: what ``make run`` passes (the Makefile); ``--gateway-arg`` flags come after and override,
+#: e.g. ``--gateway-arg=--idle-packets=dtx --gateway-arg=--early-first-frame``
+MAKE_RUN_ARGS = ["--duplex", "--agent", "echo"]
 MORE_SENTENCES = [
     "Let me look that up for you now.",
     "Your table for two is booked at seven.",
@@ -207,25 +212,64 @@ SPEECH_KEYS = ["http", "to_start", "voice_first_pcm", "first_frame", "slot_wait"
                "playout_delay_ms", "interarrival_jitter_ms", "clock_check_ms"]
 
 
-async def speech_case(page: Any, texts: list[str], voice: str | None, warm: str,
-                      rng: random.Random) -> dict[str, Any]:
-    async def one(text: str) -> dict[str, Any]:
+async def speech_case(pages: list[Any], texts: list[str], voice: str | None, warm: str,
+                      rng: random.Random) -> list[dict[str, Any]]:
+    """The texts said on each page's session (with ``--ab``: both gateways, the same text one
+    after the other, in a random order, so both sides see the same machine)."""
+    async def one(page: Any, text: str) -> dict[str, Any]:
         # idle between utterances, and a random phase of the stream's 20 ms grid
         await asyncio.sleep(0.3 + rng.uniform(0, 0.020))
         return await say_once(page, text, voice)
 
-    cold = await one(warm)
-    rows = [await one(text) for text in texts]
-    pacer = (await page.evaluate("window.bench.session()"))["pacer"]
-    return {"cold": cold, "rows": rows, "pacer": pacer, "load": load(),
-            **{k: summary(rows, k) for k in SPEECH_KEYS}}
+    colds = [await one(page, warm) for page in pages]
+    rows: list[list[dict[str, Any]]] = [[] for _ in pages]
+    for text in texts:
+        order = list(range(len(pages)))
+        rng.shuffle(order)
+        for i in order:
+            rows[i].append(await one(pages[i], text))
+    blocks = []
+    for page, cold, side in zip(pages, colds, rows, strict=True):
+        pacer = (await page.evaluate("window.bench.session()"))["pacer"]
+        blocks.append({"cold": cold, "rows": side, "pacer": pacer, "load": load(),
+                       **{k: summary(side, k) for k in SPEECH_KEYS}})
+    return blocks
+
+
+async def connect_case(pages: list[Any], urls: list[str], runs: int, trickle: bool,
+                       prepared: bool, rng: random.Random) -> list[dict[str, Any]]:
+    rows: list[list[dict[str, Any]]] = [[] for _ in pages]
+    colds = []
+    for page, url in zip(pages, urls, strict=True):
+        colds.append(await connect_once(page, url, trickle, prepared))
+        await page.evaluate("window.bench.close()")
+    for _ in range(runs):
+        order = list(range(len(pages)))
+        rng.shuffle(order)
+        for i in order:
+            rows[i].append(await connect_once(pages[i], urls[i], trickle, prepared))
+            await pages[i].evaluate("window.bench.close()")
+    return [{"cold": cold, "rows": side, **{k: summary(side, k) for k in CONNECT_KEYS}}
+            for cold, side in zip(colds, rows, strict=True)]
+
+
+def paired(a: dict[str, Any], b: dict[str, Any], key: str) -> dict[str, float | None]:
+    """Median and range of B - A over the same texts (``--ab``)."""
+    diffs = [y[key] - x[key] for x, y in zip(a["rows"], b["rows"], strict=True)
+             if x.get(key) is not None and y.get(key) is not None]
+    if not diffs:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": round(statistics.median(diffs), 1), "min": round(min(diffs), 1),
+            "max": round(max(diffs), 1), "n": len(diffs)}
 
 
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | None) -> int:
+async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | None,
+               ab_args: list[str] | None = None, piper: str = "piper",
+               ab_piper: str | None = None) -> int:
     if not CHROMIUM.exists():
         print(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh", file=sys.stderr)
         return 2
@@ -237,56 +281,78 @@ async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | 
     rng = random.Random(17)
     load_before = load()
     result: dict[str, Any] = {"chromium": version, "runs": runs, "targets": TARGETS,
-                              "gateway_args": gateway_args, "load_before": load_before}
+                              "gateway_args": [*MAKE_RUN_ARGS, *gateway_args],
+                              "load_before": load_before}
+    sides = [[*MAKE_RUN_ARGS, *gateway_args]]
+    pipers = [piper]
+    if ab_args is not None or ab_piper is not None:
+        ab_args = ab_args or []
+        sides.append([*MAKE_RUN_ARGS, *gateway_args, *ab_args])
+        pipers.append(ab_piper or piper)
     async with contextlib.AsyncExitStack() as stack:
         port = await stack.enter_async_context(standin(STANDIN_FIRST_CHUNK_MS))
-        voices = ["piper", f"cosy=cosyvoice+http://127.0.0.1:{port}?spk_id=a&rate=24000"]
-        url = await stack.enter_async_context(gateway_process(
-            voices, extra=["--duplex", "--agent", "echo", *gateway_args], ice_hosts="",
-            timeout=180, log_path=gateway_log,
-        ))
+        cosy = f"cosy=cosyvoice+http://127.0.0.1:{port}?spk_id=a&rate=24000"
+        urls = []
+        for i, (args, piper_spec) in enumerate(zip(sides, pipers, strict=True)):
+            log_path = None if gateway_log is None else gateway_log + ("" if i == 0 else ".b")
+            urls.append(await stack.enter_async_context(gateway_process(
+                [piper_spec, cosy], extra=args, ice_hosts="", timeout=180, log_path=log_path,
+            )))
         p = await stack.enter_async_context(async_playwright())
         browser = await launch(p)
         stack.push_async_callback(browser.close)
-        page = await open_page(browser, url)
+        pages = [await open_page(browser, url) for url in urls]
 
-        connects: dict[str, Any] = {}
+        connects: list[dict[str, Any]] = [{} for _ in sides]
         for name, trickle, prepared in CONNECT_CASES:
-            cold = await connect_once(page, url, trickle, prepared)
-            await page.evaluate("window.bench.close()")
-            rows = []
-            for _ in range(runs):
-                rows.append(await connect_once(page, url, trickle, prepared))
-                await page.evaluate("window.bench.close()")
-            connects[name] = {"cold": cold, "rows": rows,
-                              **{k: summary(rows, k) for k in CONNECT_KEYS}}
-        result["connect"] = connects
+            blocks = await connect_case(pages, urls, runs, trickle, prepared, rng)
+            for side, block in zip(connects, blocks, strict=True):
+                side[name] = block
 
-        await connect_once(page, url, True)
+        for page, url in zip(pages, urls, strict=True):
+            await connect_once(page, url, True)
         embedded = (SENTENCES + MORE_SENTENCES)[:runs]
-        speech = {
-            "embedded": await speech_case(page, embedded, None, "Warming up the voice.", rng),
-            "cosyvoice_standin": await speech_case(page, SENTENCES[:runs], "cosy",
-                                                   "Warming up the stand-in.", rng),
-            "cache_hit": await speech_case(page, embedded, None, "Warming up the voice.", rng),
+        speech: list[dict[str, Any]] = [{} for _ in sides]
+        for name, texts, voice, warm in (
+            ("embedded", embedded, None, "Warming up the voice."),
+            ("cosyvoice_standin", SENTENCES[:runs], "cosy", "Warming up the stand-in."),
+            ("cache_hit", embedded, None, "Warming up the voice."),
+        ):
+            blocks = await speech_case(pages, texts, voice, warm, rng)
+            for side, block in zip(speech, blocks, strict=True):
+                side[name] = block
+        for page in pages:
+            await page.evaluate("window.bench.close()")
+    result["connect"], result["speech"] = connects[0], speech[0]
+    result["piper"] = piper
+    if len(sides) > 1:
+        result["b"] = {"gateway_args": sides[1], "piper": pipers[1], "connect": connects[1],
+                       "speech": speech[1]}
+        result["b_minus_a"] = {
+            case: {key: paired(speech[0][case], speech[1][case], key)
+                   for key in ("voice_first_pcm", "first_sent_ms", "played_ms", "onset_ms",
+                               "wire_to_played", "jitter_buffer_ms")}
+            for case in speech[0]
         }
-        result["speech"] = speech
-        await page.evaluate("window.bench.close()")
     result["load_after"] = load()
-    emb = speech["embedded"]
+    emb = speech[0]["embedded"]
+    conn = connects[0]
     result["meets"] = {
-        "connect_trickle": connects["trickle"]["first_packet_ms"]["median"]
-        <= TARGETS["connect_first_packet_ms"],
-        "connect_non_trickle": connects["non_trickle"]["first_packet_ms"]["median"]
-        <= TARGETS["connect_first_packet_ms"],
-        "connect_non_trickle_prepared": connects["non_trickle_prepared"]["first_packet_ms"][
-            "median"] <= TARGETS["connect_first_packet_ms"],
+        **{f"connect_{name}": conn[name]["first_packet_est_ms"]["median"]
+           <= TARGETS["connect_first_packet_ms"] for name, _, _ in CONNECT_CASES},
         "embedded_onset": emb["onset_ms"]["median"] <= TARGETS["embedded_onset_ms"],
         "embedded_above_first_pcm": emb["onset_above_first_pcm_ms"]["median"]
         <= TARGETS["embedded_above_first_pcm_ms"],
     }
     path = write_results(out, result)
     print_tables(result)
+    if len(sides) > 1:
+        print(f"B ({' '.join(ab_args or [])} {pipers[1]}):")
+        print_tables({**result, **result["b"]}, header=False)
+        print("B - A, paired by text (median [min, max]):")
+        for case, keys in result["b_minus_a"].items():
+            print(f"  {case:<18}" + "  ".join(
+                f"{k} {v['median']} [{v['min']}, {v['max']}]" for k, v in keys.items()))
     print(f"written to {path}")
     return 0
 
@@ -296,9 +362,11 @@ def _m(block: dict[str, Any], key: str) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def print_tables(result: dict[str, Any]) -> None:
-    print(f"{result['chromium']}; medians of {result['runs']} (+1 warm-up each); "
-          f"load {result['load_before']} -> {result['load_after']}")
+def print_tables(result: dict[str, Any], header: bool = True) -> None:
+    if header:
+        print(f"{result['chromium']}; medians of {result['runs']} (+1 warm-up each); "
+              f"load {result['load_before']} -> {result['load_after']}; "
+              f"gateway {' '.join(result['gateway_args'])}")
     print("connect, ms after the click:")
     print(f"{'case':<21}" + "".join(f"{k[:14]:>15}" for k in CONNECT_KEYS))
     for name, block in result["connect"].items():
@@ -311,7 +379,8 @@ def print_tables(result: dict[str, Any]) -> None:
     print(f"{'case':<18}" + "".join(f"{k[:14]:>15}" for k in SPEECH_KEYS))
     for name, block in result["speech"].items():
         print(f"{name:<18}" + "".join(f"{_m(block, k):>15}" for k in SPEECH_KEYS))
-    print("targets met:", result["meets"])
+    if header:
+        print("targets met:", result["meets"])
 
 
 if __name__ == "__main__":
@@ -321,7 +390,17 @@ if __name__ == "__main__":
                         help="a flag for the gateway (repeatable), e.g. --gateway-arg=--foo")
     parser.add_argument("--out", default="browser_latency", help="results file name")
     parser.add_argument("--gateway-log", help="keep the gateway's output in this file")
+    parser.add_argument("--piper", default="piper", help="the embedded voice's spec")
+    parser.add_argument("--ab-piper", metavar="SPEC",
+                        help="B's embedded voice spec (with or without --ab), e.g. "
+                        "piper?first_words=6")
+    parser.add_argument("--ab", metavar="ARGS",
+                        help="also run a second gateway with these extra flags (one string), "
+                        "both measured alternately, the same texts, on the same machine; "
+                        "B - A paired by text, e.g. --ab='--idle-packets silence'")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    sys.exit(asyncio.run(main(args.runs, args.gateway_arg, args.out, args.gateway_log)))
+    ab = None if args.ab is None else shlex.split(args.ab)
+    sys.exit(asyncio.run(main(args.runs, args.gateway_arg, args.out, args.gateway_log, ab,
+                              args.piper, args.ab_piper)))

@@ -725,8 +725,9 @@ def nominated_pair_types(transport: RTCDtlsTransport) -> dict[str, str | None] |
     if pair is None:
         return None
     remote = pair.remote_candidate
+    host = f"[{remote.host}]" if ":" in remote.host else remote.host
     return {"local": pair.local_candidate.type, "remote": remote.type,
-            "remote_address": f"{remote.host}:{remote.port}"}
+            "remote_address": f"{host}:{remote.port}"}
 
 
 # --- ICE: one shared UDP socket per worker ---------------------------------------------------

@@ -1,20 +1,24 @@
 """--idle-packets dtx and --early-first-frame (batch send path), end to end on loopback.
 
-Between utterances an idle stream sends Opus DTX: a 1-byte packet (the silent frame's TOC, no
-frame) on the first idle slot and every 20th after it (400 ms), its RTP timestamp still on the
-20 ms grid. A new utterance's first frame goes out at once (on the next 2.5 ms tick, not in the
-next slot), with the marker bit, and a timestamp that follows real time from the last DTX
-packet: the stream's schedule restarts there and the RTP clock moves with it, so a receiver's
-jitter buffer sees neither an early packet nor one that fell behind.
+Between utterances an idle stream sends Opus DTX: 10 silent frames after speech (libopus's own
+200 ms hangover: the decoder goes quiet), then a 1-byte packet (the silent frame's TOC, no
+frame) and every 20th slot after it (400 ms), its RTP timestamp still on the 20 ms grid.
+A new utterance's first frame goes out at once (not in the next slot), with the marker bit,
+and a timestamp that follows real time: the stream's schedule restarts there and the
+RTP clock moves with it, so a receiver's jitter buffer sees neither an early packet nor one that
+fell behind.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.media.batch_sender import DTX_EVERY
+from gateway.media.batch_sender import DTX_EVERY, DTX_HANGOVER
+from gateway.tts.base import PcmChunk
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 
@@ -22,11 +26,30 @@ TICKS_PER_MS = 48
 FRAME_TICKS = 960
 
 
+class SlowTone(ToneSynthesizer):
+    """A tone whose first PCM comes 40 ms after the request, as a TTS's would: the request is
+    made as a DTX packet arrives, and the first frame then reaches the stream two slots later,
+    after an empty one (a frame following the DTX packet's own slot takes the next slot)."""
+
+    async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
+        await asyncio.sleep(0.040)  # the voice's time to first PCM
+        async for chunk in super().stream(text):
+            yield chunk
+
+
+def utterance_packets(packets: list, state: dict) -> list:
+    """The packets from the utterance's first to its last sequence number (16-bit serial)."""
+    first, last = state["first_seq"], state["last_seq"]
+    span = (last - first) & 0xFFFF
+    return sorted((p for p in packets if ((p.seq % 65536) - first) & 0xFFFF <= span),
+                  key=lambda p: p.seq)
+
+
 @pytest.fixture
 async def dtx_gateway(start_gateway):
     voices = VoiceRegistry([
-        ToneSynthesizer(name="tone", frequency=440.0, seconds=1.0, sample_rate=24_000),
-        ToneSynthesizer(name="blip", frequency=440.0, seconds=0.1, sample_rate=24_000),
+        SlowTone(name="tone", frequency=440.0, seconds=1.0, sample_rate=24_000),
+        SlowTone(name="blip", frequency=440.0, seconds=0.1, sample_rate=24_000),
     ])
     return await start_gateway(voices, idle_packets="dtx", early_first_frame=True)
 
@@ -37,8 +60,11 @@ async def test_idle_dtx_then_a_talkspurt_sent_at_once(dtx_gateway):
     client = GatewayClient(dtx_gateway.url, dtx_gateway.http, capture=True)
     await client.connect()
     try:
-        await client.capture.wait_packets(3)  # the first DTX packet at once, then every 400 ms
-        idle = list(client.capture.packets)
+        # the hangover's silent frames, then DTX packets every 400 ms
+        await client.capture.wait_packets(DTX_HANGOVER + 3)
+        hangover = client.capture.packets[:DTX_HANGOVER]
+        assert all(len(p.payload) > 1 for p in hangover)
+        idle = list(client.capture.packets[DTX_HANGOVER:])
         assert all(len(p.payload) == 1 for p in idle), [len(p.payload) for p in idle]
         assert not any(p.marker for p in idle)
         for a, b in itertools.pairwise(idle):
@@ -49,23 +75,31 @@ async def test_idle_dtx_then_a_talkspurt_sent_at_once(dtx_gateway):
         state = await client.wait_utterance(result.utterance["id"])
         assert state["state"] == "done" and state["frames_sent"] == 50, state
         # queued -> on the wire: at once, not in the next 20 ms slot
-        assert state["slot_wait_ms"] <= 3.0, state
-        packets = client.capture.packets
-        speech = [p for p in packets if p.seq >= state["first_seq"] and len(p.payload) > 1]
+        early = (await client.state())["early_first_frames"]
+        assert early == 1 and state["slot_wait_ms"] <= 3.0, (early, state["latency_ms"])
+        packets = list(client.capture.packets)
+        speech = utterance_packets(packets, state)
+        assert len(speech) >= 50, (len(speech), state)
         first = speech[0]
-        assert first.seq == state["first_seq"] and first.marker, first
-        # a marker inside the utterance only after an underrun (a DTX packet: a busy machine)
+        assert first.marker and len(first.payload) > 1, first
+        # a marker inside the utterance only after an underrun (a busy machine): the hangover's
+        # silent frames or a DTX packet before it
+        silent = hangover[0].payload
         by_seq = {p.seq: p for p in packets}
         for p in speech[1:]:
             if p.marker:
-                assert len(by_seq[p.seq - 1].payload) == 1, (p, by_seq[p.seq - 1])
+                before = by_seq[p.seq - 1].payload
+                assert len(before) == 1 or before == silent, (p, by_seq[p.seq - 1])
         # then the talkspurt runs on a 20 ms grid of its own (restarted after an underrun)
         for a, b in itertools.pairwise(speech):
             assert b.timestamp - a.timestamp == FRAME_TICKS or b.marker, (a, b)
         # and the stream goes back to DTX
-        await client.capture.wait_packets(len(packets) + 2)
-        after = client.capture.packets[len(speech) + len(idle):]
-        assert after and all(len(p.payload) == 1 for p in after[-2:]), after
+        after = [p for p in packets if p.seq > speech[-1].seq]
+        await client.capture.wait_packets(len(speech) + len(idle) + len(hangover)
+                                          + DTX_HANGOVER + 2)
+        after = [p for p in client.capture.packets if p.seq > speech[-1].seq]
+        assert [len(p.payload) == 1 for p in after[: DTX_HANGOVER + 2]] \
+            == [False] * DTX_HANGOVER + [True] * 2, after
         session = await client.state()
         assert session["early_first_frames"] >= 1, session
     finally:
@@ -82,15 +116,16 @@ async def test_talkspurt_timestamps_keep_following_real_time(dtx_gateway):
     client = GatewayClient(dtx_gateway.url, dtx_gateway.http, capture=True)
     await client.connect()
     try:
-        await client.capture.wait_packets(1)
+        await client.capture.wait_packets(DTX_HANGOVER + 1)  # idle: DTX
         firsts = []
-        for _ in range(8):
-            result = await client.say("a short tone", voice="blip")
+        for i in range(8):  # (new texts: a phrase-cache hit would come at once)
+            result = await client.say(f"short tone {i}", voice="blip")
             state = await client.wait_utterance(result.utterance["id"])
             session = await client.state()
             assert session["early_first_frames"] >= len(firsts) + 1, session
             firsts.append((state, session))
-            await client.capture.wait_packets(client.capture.count + 1)  # DTX again
+            # the hangover and DTX again (nothing sent in the slot before the next one)
+            await client.capture.wait_packets(client.capture.count + DTX_HANGOVER + 1)
         # the gateway's own send times (Unix ms) against the timestamps of those packets
         base_state = firsts[0][0]
         base_ms = base_state["timeline_unix_ms"]["first_sent"]

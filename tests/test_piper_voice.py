@@ -56,3 +56,18 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
     band = spectrum[(freqs > 80) & (freqs < 4000)].sum() / spectrum.sum()
     assert band > 0.6
     assert state["server_overhead_ms"] is not None and state["server_overhead_ms"] < 50
+
+
+def test_the_first_clause_is_cut_after_three_words_and_the_spec_can_say_otherwise():
+    from gateway.tts.clauses import split_clauses
+    from gateway.tts.registry import build_voice
+
+    default = build_voice("piper")
+    assert default.name == "joe" and default.first_max_words == piper_voice.FIRST_MAX_WORDS == 4
+    text = "The weather tomorrow looks sunny and warm."
+    assert split_clauses(text, default.first_max_words)[0] == "The weather tomorrow"
+    six = build_voice("long=piper:joe?first_words=6")
+    assert six.name == "long" and six.first_max_words == 6
+    assert split_clauses(text, six.first_max_words)[0] == "The weather tomorrow looks"
+    with pytest.raises(ValueError):
+        build_voice("piper?first_words=many")

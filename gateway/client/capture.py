@@ -76,7 +76,7 @@ class RtpCapture:
                 ReceivedPacket(
                     seq, int(packet.timestamp), bytes(packet.payload), now,  # type: ignore[attr-defined]
                     int(packet.payload_type), int(packet.ssrc),  # type: ignore[attr-defined]
-                    bool(packet.marker),  # type: ignore[attr-defined]
+                    bool(getattr(packet, "marker", False)),
                 )
             )
         elif self.keeps_packets:

@@ -43,6 +43,7 @@ MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re
 MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before dropping
 RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
 DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
+DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus's own)
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
@@ -81,15 +82,17 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error", "_marker_header",
+        "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error", "_last_slot_empty",
+        "_marker_header",
         "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
         "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
         "store", "ticker",
     )
 
     def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:
-        """``dtx``: between utterances send Opus DTX (a 1-byte packet, the silence frame's TOC
-        with no frame, every ``DTX_EVERY`` slots) instead of a silent frame every slot, the
+        """``dtx``: between utterances send Opus DTX (after DTX_HANGOVER silent frames, a
+        1-byte packet -- the silence frame's TOC, no frame -- every ``DTX_EVERY`` slots)
+        instead of a silent frame every slot, the
         marker bit set on the first packet of each talkspurt (RFC 3551 §4.1; without DTX every
         packet carries it, as aiortc's own packetizer sets it). ``early_first_frame``: a frame
         reaching an idle DTX stream's empty queue is sent on the next tick of the grid, not in the
@@ -115,6 +118,7 @@ class BatchStream:
         self.early_first_frame = early_first_frame
         self.early_sends = 0  # first frames sent before their slot (early_first_frame)
         self._idle_slots = 0  # slots since the last queued frame was sent (0: speaking)
+        self._last_slot_empty = False  # DTX: the last slot released sent no packet
         self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
         self._marker_header: RtpHeaderTemplate | None = None
 
@@ -193,8 +197,10 @@ class BatchStream:
         when it fires, its slot is not due yet, and it re-arms for the next."""
         if not self._running:
             return
-        if not self._idle_slots:
-            return  # speaking (or nothing sent yet): the frame keeps its place in the stream
+        if not self._idle_slots or not self._last_slot_empty:
+            # speaking, or the last slot carried a packet (silence, DTX): the frame keeps its
+            # place in the stream
+            return
         pacer = self.pacer
         now = pacer.now()
         wait = pacer.time_to_next(now)
@@ -232,19 +238,27 @@ class BatchStream:
             log.exception("early send failed (the stream carries on)")
 
     def _idle_slot(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
-        """DTX: an empty slot; a 1-byte DTX packet on the first and every DTX_EVERY-th."""
+        """DTX: DTX_HANGOVER silent frames after speech (as libopus's own DTX waits 200 ms:
+        the receiver's decoder state goes quiet, else its concealment of a DTX packet goes on
+        sounding like the last speech), then a 1-byte DTX packet every DTX_EVERY slots and
+        nothing in between."""
         idle = self._idle_slots
         self._idle_slots = idle + 1
         slot = self.pacer.release(now)
-        if idle % DTX_EVERY:
+        if idle < DTX_HANGOVER:
+            payload = self.silence
+        elif (idle - DTX_HANGOVER) % DTX_EVERY:
+            self._last_slot_empty = True
             return
+        else:
+            payload = self._dtx_payload
         stats = self.stats
         if not stats.frames_sent:
             stats.first_sent_at = now
         stats.frames_sent += 1
         stats.silence_frames += 1
-        stats.bytes_sent += 1
-        self._emit(self._dtx_payload, None, 0, slot, now, ntp, ast, ast_bytes, self._header)
+        stats.bytes_sent += len(payload)
+        self._emit(payload, None, 0, slot, now, ntp, ast, ast_bytes, self._header)
 
     def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
         payload, owner, index, slot = take_slot(
@@ -262,6 +276,7 @@ class BatchStream:
         self, payload: bytes, owner: FrameOwner | None, index: int, slot: int, now: float,
         ntp: int, ast: int, ast_bytes: bytes, header: RtpHeaderTemplate,
     ) -> None:
+        self._last_slot_empty = False
         timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF

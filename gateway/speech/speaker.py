@@ -290,8 +290,9 @@ class Speaker:
         of up to ENCODE_BATCH, one thread hop per batch -- all but the first LOOP_FRAMES of an
         utterance: the first decides first-audio latency, and it and the next two are encoded
         right here (≈1 ms of loop time once per utterance; a hop to a worker thread under load
-        took 8-26 ms, bench/load.py overhead probes), so the first hop has 40 ms to return. The encoder is this utterance's own and batches are sequential, so it
-        is never used from two threads at once.
+        took 8-26 ms, bench/load.py overhead probes), so the first hop has 40 ms to return.
+        The encoder is this utterance's own and batches are sequential, so it is never used
+        from two threads at once.
         """
         if encoder is None:  # PCM out: the frames themselves
             for pcm in pcm_frames:
@@ -301,7 +302,10 @@ class Speaker:
         done = 0
         while done < len(pcm_frames):
             if utterance.frames_encoded < LOOP_FRAMES:
-                batch = pcm_frames[done : done + LOOP_FRAMES - utterance.frames_encoded]
+                # the first alone (queued before the next is encoded), then the rest of them
+                encoded = utterance.frames_encoded
+                room = 1 if encoded == 0 else LOOP_FRAMES - encoded
+                batch = pcm_frames[done : done + room]
                 payloads = encoder.encode_many(batch)
             else:
                 batch = pcm_frames[done : done + ENCODE_BATCH]

@@ -1,7 +1,8 @@
 """Voices by name, built from ``--voice`` specs.
 
 Spec forms (``NAME=`` prefix optional; the default name is the backend's):
-  piper | piper:joe                     the embedded neural voice (the ``voice`` extra)
+  piper | piper:joe[?first_words=4]     the embedded neural voice (the ``voice`` extra); a
+                                        first clause over first_words is cut after 3 words
   tone:440 | tone:440?seconds=2&rate=48000
   wav:/path/to/file.wav
   cosyvoice+http://host:50000?...       a CosyVoice server (FastAPI), see gateway.tts.cosyvoice_spec
@@ -32,11 +33,18 @@ def _split_name(spec: str) -> tuple[str | None, str]:
 def build_voice(spec: str) -> Synthesizer:
     name, body = _split_name(spec)
     kind, _, arg = body.partition(":")
-    if kind == "piper":
-        from gateway.tts.piper_voice import PiperSynthesizer
+    if body == "piper" or body.startswith(("piper:", "piper?")):  # piper[:model][?first_words=N]
+        from gateway.tts.piper_voice import FIRST_MAX_WORDS, PiperSynthesizer
 
-        model = arg or "joe"
-        return PiperSynthesizer(name=name or model, model=model)
+        kind, _, query = body.partition("?")
+        _, _, model = kind.partition(":")
+        model = model or "joe"
+        params = {k: v[-1] for k, v in parse_qs(query).items()}
+        try:
+            first = int(params.get("first_words", FIRST_MAX_WORDS))
+        except ValueError as exc:
+            raise ValueError(f"bad piper voice spec {spec!r}: {exc}") from exc
+        return PiperSynthesizer(name=name or model, model=model, first_max_words=first)
     if kind == "tone":
         from gateway.tts.tone import ToneSynthesizer
 

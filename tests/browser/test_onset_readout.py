@@ -39,9 +39,12 @@ def late_tone(path: Path) -> Path:
     return path
 
 
-async def test_sound_after_is_the_onset_in_the_audio_graph(start_gateway, page, tmp_path):
+@pytest.mark.parametrize("idle", ["silence", "dtx"])
+async def test_sound_after_is_the_onset_in_the_audio_graph(start_gateway, page, tmp_path, idle):
+    """With the keep-alive silence (the gateway's default) and with DTX (``make run``'s)."""
     voice = WavFileSynthesizer(late_tone(tmp_path / "late.wav"), name="late")
-    gw = await start_gateway(voices=VoiceRegistry([voice]))
+    gw = await start_gateway(voices=VoiceRegistry([voice]), idle_packets=idle,
+                             early_first_frame=idle == "dtx")
     await open_demo(page, gw.url)
     await connect(page)
     # the worklet detector is loaded and tapping the remote stream before we speak
