@@ -11,6 +11,7 @@ import { getSession } from "./whep.js";
 const STATS_PERIOD_MS = 1000;
 const HISTORY = 60; // samples (seconds) kept for the plots
 const FIRST_PACKET_POLL_MS = 4;
+const PACKET_MS = 20; // the gateway's packets are 20 ms apart
 
 /** A summarize() snapshot of the session's stats; `record` keeps it as the latest. */
 export async function pollStats(current, record = true) {
@@ -36,8 +37,10 @@ export async function watchFirstPacket(current) {
     if (inbound && inbound.packetsReceived > 0) {
       // Date the packet by Chromium's own arrival stamp, which shares its clock with the report's
       // timestamp (wall-clock ms, like performance.timeOrigin + performance.now()). Reports can
-      // be cached for up to ≈50 ms, so a first sighting may already count 2–3 packets: the time
-      // is then the latest one's, an upper bound for the first.
+      // be cached for up to ≈50 ms (and take 15-20 ms to come on a busy machine), so a first
+      // sighting may already count 2–3 packets: the stamp is the latest one's. The gateway
+      // paces its packets 20 ms apart from the first, so the first came (n − 1) × 20 ms before
+      // the n-th (never before the answer, without which nothing could arrive).
       const origin = performance.timeOrigin;
       const t = demo.timing;
       t.firstPacketSeenAt = seenAt;
@@ -48,7 +51,9 @@ export async function watchFirstPacket(current) {
         t.firstPacketAt = Number.isFinite(age) && age >= 0 && age < 1000 ? seenAt - age : seenAt;
       }
       if (!Number.isFinite(t.firstPacketAt) || t.firstPacketAt > seenAt) t.firstPacketAt = seenAt;
-      t.firstPacketAt = Math.max(t.firstPacketAt, t.clickedAt);
+      t.latestPacketAt = t.firstPacketAt; // the n-th's stamp: an upper bound for the first
+      t.firstPacketAt -= (inbound.packetsReceived - 1) * PACKET_MS;
+      t.firstPacketAt = Math.max(t.firstPacketAt, t.answerAt ?? t.clickedAt, t.clickedAt);
       t.firstPacketMs = t.firstPacketAt - t.clickedAt;
       t.firstPacketCount = inbound.packetsReceived;
       showFirstPacket(t.firstPacketMs);

@@ -18,7 +18,8 @@ export const demo = {
     offerPostedAt: null,
     answerAt: null,
     connectedAt: null,
-    firstPacketAt: null, // arrival of the first RTP packet (from inbound-rtp stats)
+    firstPacketAt: null, // arrival of the first RTP packet (from inbound-rtp stats, see monitor.js)
+    latestPacketAt: null, // arrival of the latest packet getStats counted then (an upper bound)
     firstPacketSeenAt: null, // when getStats first showed it
     firstPacketMs: null, // firstPacketAt − clickedAt
     firstPacketCount: null, // packets already counted when first seen (1 = exact)

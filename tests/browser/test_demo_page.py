@@ -31,6 +31,15 @@ async def test_click_connect_speak_and_hear_440_hz(start_gateway, page):
     await connect(page)
     timing = await page.evaluate("window.gatewayDemo.timing")
     assert timing["offerPostedAt"] < timing["answerAt"] <= timing["firstPacketSeenAt"]
+    # "first packet" is its arrival, not when a stats report first showed one: within a few ms
+    # of the gateway sending it (both clocks are this machine's wall clock)
+    origin = await page.evaluate("performance.timeOrigin")
+    state_url = gw.url + await page.evaluate("new URL(gatewayDemo.sessionUrl).pathname")
+    async with gw.http.get(state_url) as r:
+        sent = (await r.json())["connect_timeline_unix_ms"]["first_packet"]
+    arrived = origin + timing["firstPacketAt"]
+    assert -25 < arrived - sent < 15, (arrived - sent, timing)
+    assert timing["firstPacketAt"] <= timing["latestPacketAt"] <= timing["firstPacketSeenAt"]
     candidates = await page.evaluate("window.gatewayDemo.candidates")
     assert candidates["patches"] >= 1 and not candidates["patchErrors"], candidates
 
