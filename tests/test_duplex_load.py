@@ -85,6 +85,18 @@ def voices() -> VoiceRegistry:
     ])
 
 
+
+def _children_cpu_s(recognizer: object) -> float:
+    """CPU seconds (user + system) of the recogniser's child processes (Whisper's default)."""
+    total = 0.0
+    for child in getattr(recognizer, "processes", ()):
+        if child.pid is None:
+            continue
+        with open(f"/proc/{child.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
 class GatewayCounters:
     """The in-process gateway's own view, read at each phase boundary."""
 
@@ -106,7 +118,7 @@ class GatewayCounters:
         return {"slots": slots, "late_slots": late, "rebases": rebases,
                 "decodes": recognizer.decodes, "partials_skipped": recognizer.skipped,
                 "loop_cpu_s": time.thread_time(), "process_cpu_s": time.process_time(),
-                "at": time.monotonic()}
+                "asr_process_cpu_s": _children_cpu_s(recognizer), "at": time.monotonic()}
 
     def mark(self, phase: str) -> None:
         if phase.startswith(("quiet_", "talk_")) and not phase.endswith("_end"):
@@ -118,7 +130,8 @@ class GatewayCounters:
 
     def windows(self, kind: str) -> dict:
         """Summed over the windows of ``kind`` (quiet or talk)."""
-        keys = ("slots", "late_slots", "rebases", "decodes", "loop_cpu_s", "process_cpu_s", "at")
+        keys = ("slots", "late_slots", "rebases", "decodes", "loop_cpu_s", "process_cpu_s",
+                "asr_process_cpu_s", "at")
         total = dict.fromkeys(keys, 0.0) | {"stalls_10ms": 0, "max_stall_ms": 0.0}
         for n in range(1, ROUNDS + 1):
             a, b = self.marks[f"{kind}_{n}"], self.marks[f"{kind}_{n}_end"]
@@ -132,17 +145,19 @@ class GatewayCounters:
         total["loop_cpu_pct"] = round(100 * total["loop_cpu_s"] / wall, 1)
         total["other_threads_cpu_pct"] = round(
             100 * (total["process_cpu_s"] - total["loop_cpu_s"]) / wall, 1)
+        total["asr_process_cpu_pct"] = round(100 * total["asr_process_cpu_s"] / wall, 1)
         return total
 
 
 @pytest.mark.xfail(
     strict=False,
     reason="measured at nice 5 on a calm machine: talking cost listeners 95.3 % on time "
-    "(bound 99 %); then SCHED_IDLE decode threads (99.1-99.8 % when set from outside) showed "
-    "loop stalls of 10-78 ms under outside load on 2026-12-01 -- a decode thread holding the "
-    "GIL, starved by SCHED_IDLE, held the loop up (priority inversion). Whisper now decodes in "
-    "a child process (listen/whisper_process.py): no GIL shared; not yet verified here on a "
-    "calm machine (every run today was skipped: other processes' load)",
+    "(bound 99 %); SCHED_IDLE decode threads then showed loop stalls under outside load (a "
+    "thread holding the GIL, starved: priority inversion), so Whisper now decodes in a child "
+    "process -- but on 2026-12-01 13:23, calm (load 1.2-2.1), it still failed: talking windows "
+    "89.2 % on time (quiet 99.6 %), 17 loop stalls >= 10 ms (max 30 ms), loop thread 61 % of a "
+    "core, Whisper's process 42 % at SCHED_IDLE, other threads 2.5 %: the stalls have another "
+    "cause (the uplinks' work on the loop? the load generator's processes on the same 2 cores?)",
 )
 async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
     start_gateway, tmp_path
@@ -210,7 +225,8 @@ async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
               f"{late['max']:>6.1f}   gateway: {100 * (g['late_share'] or 0):.3f} % slots late "
               f"> 5 ms, {g['rebases']:.0f} rebases, {g['stalls_10ms']} stalls >= 10 ms "
               f"(max {g['max_stall_ms']} ms), {g['decodes']:.0f} Whisper decodes; CPU: loop "
-              f"thread {g['loop_cpu_pct']} %, other threads {g['other_threads_cpu_pct']} %")
+              f"thread {g['loop_cpu_pct']} %, other threads {g['other_threads_cpu_pct']} %, "
+              f"Whisper's process {g['asr_process_cpu_pct']} %")
     print(f"talkers: {talkers}; took {time.monotonic() - started:.1f} s")
 
     # 1. the talkers really loaded the recogniser in the talking windows
@@ -221,8 +237,8 @@ async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
     # every listener kept receiving
     assert all(w["sessions_measured"] == LISTENERS and not w["sessions_without_packets"]
                for w in result["windows"])
-    # 2. ASR off the loop: its CPU is the other threads'
-    assert gw["talk"]["other_threads_cpu_pct"] >= 15.0, gw
+    # 2. ASR off the loop: its CPU is the other threads' or (the default) its child process's
+    assert gw["talk"]["other_threads_cpu_pct"] + gw["talk"]["asr_process_cpu_pct"] >= 15.0, gw
     assert gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 10.0, gw
     # 3. the pacing held while they talked -- if the machine let the quiet windows keep time
     others = [w["others_cpu_pct"] for w in result["windows"]]
