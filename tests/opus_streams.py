@@ -96,10 +96,11 @@ def packetize(
 
 
 def run(
-    path: ReceivePath, packets: list[Sent], periods: int, *, phase: float = 0.015
+    path: ReceivePath, packets: list[Sent], periods: int, *, phase: float = 0.015,
+    red: bool = False,
 ) -> list[list[int]]:
     """Period ``k`` at ``phase + 20 ms * k``, after the packets that arrived by then; returns
-    what the NACK generator asked for at each period."""
+    what the NACK generator asked for at each period. ``red``: the packets are RFC 2198 RED."""
     pending = sorted(packets, key=lambda p: p.at)
     asked: list[list[int]] = []
     k = 0
@@ -107,7 +108,7 @@ def run(
         now = phase + n * FRAME
         while k < len(pending) and pending[k].at <= now:
             p = pending[k]
-            path.on_packet(p.seq, p.ts, p.payload, SSRC, p.at)
+            path.on_packet(p.seq, p.ts, p.payload, SSRC, p.at, red=red)
             k += 1
         path.tick(now)
         asked.append(path.nack.poll(now, path.jitter.playout_seq))

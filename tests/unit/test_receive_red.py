@@ -13,7 +13,7 @@ from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.receive.red_recovery import split_red
 from gateway.rtp import red
 from gateway.rtp.seqnum import seq_add
-from tests.opus_streams import FRAME, SSRC, Sent, encode, packetize, speechy
+from tests.opus_streams import Sent, encode, packetize, run, speechy
 
 OPUS_PT = 111
 START = 65530  # the sequence numbers wrap inside every stream
@@ -39,18 +39,7 @@ def red_stream(
 
 def run_red(path: ReceivePath, packets: list[Sent], periods: int, phase: float = 0.015):
     """opus_streams.run for RED packets: returns what the NACK generator asked for per period."""
-    pending = sorted(packets, key=lambda p: p.at)
-    asked: list[list[int]] = []
-    k = 0
-    for n in range(periods):
-        now = phase + n * FRAME
-        while k < len(pending) and pending[k].at <= now:
-            p = pending[k]
-            path.on_packet(p.seq, p.ts, p.payload, SSRC, p.at, red=True)
-            k += 1
-        path.tick(now)
-        asked.append(path.nack.poll(now, path.jitter.playout_seq))
-    return asked
+    return run(path, packets, periods, phase=phase, red=True)
 
 
 def recorded(**options) -> ReceivePathConfig:
