@@ -51,12 +51,12 @@ import shlex
 import statistics
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from bench.common import free_port, gateway_process, pct, write_results
+from bench.common import gateway_process, pct, write_results
 from bench.latency import SENTENCES
+from bench.tts_latency import standin_process
 from tests.browser.chromium import CHROMIUM, launch
 
 PAGE = Path(__file__).resolve().parent / "pages" / "latency.html"
@@ -75,27 +75,6 @@ MORE_SENTENCES = [
     "That item is back in stock this week.",
     "Your password was changed a moment ago.",
 ]
-
-
-@contextlib.asynccontextmanager
-async def standin(first_chunk_delay_ms: float) -> AsyncIterator[int]:
-    """The CosyVoice stand-in in its own process; yields its HTTP port."""
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.testing.cosyvoice_server", "--http-port", str(port),
-        "--grpc-port", "-1", "--rate", "24000",
-        "--first-chunk-delay-ms", str(first_chunk_delay_ms),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)  # printed once serving
-        if b"CosyVoice stand-in" not in line:
-            raise RuntimeError(f"stand-in did not start: {line!r}")
-        yield port
-    finally:
-        proc.terminate()
-        await proc.wait()
 
 
 def _d(a: float | None, b: float | None) -> float | None:
@@ -290,7 +269,7 @@ async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | 
         sides.append([*MAKE_RUN_ARGS, *gateway_args, *ab_args])
         pipers.append(ab_piper or piper)
     async with contextlib.AsyncExitStack() as stack:
-        port = await stack.enter_async_context(standin(STANDIN_FIRST_CHUNK_MS))
+        port, _grpc = await stack.enter_async_context(standin_process(STANDIN_FIRST_CHUNK_MS))
         cosy = f"cosy=cosyvoice+http://127.0.0.1:{port}?spk_id=a&rate=24000"
         urls = []
         for i, (args, piper_spec) in enumerate(zip(sides, pipers, strict=True)):
