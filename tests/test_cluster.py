@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -37,6 +36,7 @@ import aiohttp
 import pytest
 from yarl import URL
 
+from bench.cluster import free_range
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.rtp.seqnum import seq_diff
@@ -51,26 +51,6 @@ MAX_SESSIONS = 2  # per worker: 4 per node, 8 in the cluster
 
 
 # -- processes ---------------------------------------------------------------------------------
-
-
-def free_ports(count: int) -> int:
-    """A base port p with p .. p + count - 1 all free on loopback (TCP)."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20_000, 40_000)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((LOOPBACK, port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 def clean_env() -> dict[str, str]:
@@ -122,7 +102,7 @@ class Node:
     def __init__(self, name: str, log_dir: Path, redis: RedisServer | None,
                  extra: tuple[str, ...] = ()) -> None:
         self.name = name
-        self.port = free_ports(WORKERS + 1)
+        self.port = free_range(WORKERS + 1)
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.worker_ports = [self.port + 1 + i for i in range(WORKERS)]
         self.log = log_dir / f"node-{name}.log"
@@ -200,7 +180,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server; "
                     ".ci/install-browser.sh installs it when it can)")
-    server = RedisServer(free_ports(1), tmp_path_factory.mktemp("redis") / "redis.log")
+    server = RedisServer(free_range(1), tmp_path_factory.mktemp("redis") / "redis.log")
     try:
         server.start()
         yield server
