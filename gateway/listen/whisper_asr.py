@@ -59,7 +59,7 @@ class WhisperRecognizer:
         self._count_lock = threading.Lock()
         # finals queued for the pool: what a running partial checks (shared with the children)
         self._finals = multiprocessing.get_context("spawn").RawValue("i", 0)
-        self.engine = WhisperEngine(opts, final_waiting=lambda: self._pool.queued > 0)
+        self.engine = WhisperEngine(opts, final_waiting=lambda: self._finals.value > 0)
         self.processes: list[EngineProcess] = []
         self._free: queue.SimpleQueue[EngineProcess] = queue.SimpleQueue()
         if opts.process:
