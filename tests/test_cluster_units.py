@@ -253,9 +253,10 @@ def redis_url(tmp_path: Path):
 
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server)")
-    from tests.test_cluster import RedisServer, free_ports
+    from bench.cluster import free_range
+    from tests.test_cluster import RedisServer
 
-    server = RedisServer(free_ports(1), tmp_path / "redis.log")
+    server = RedisServer(free_range(1), tmp_path / "redis.log")
     try:
         server.start()
         yield server
