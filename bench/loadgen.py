@@ -169,6 +169,8 @@ class LoadSession:
     async def _connect(self) -> None:
         pc = self.pc
         transceiver = pc.addTransceiver("audio", direction="recvonly")
+        # as a browser: a consent answer late by more than aioice's 0.5 s still counts
+        aiortc_compat.tolerate_late_consent(pc)
         aiortc_compat.impair_incoming(
             transceiver.receiver.transport, lambda d: self.stream.wrap(d, self.full)
         )

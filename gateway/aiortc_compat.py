@@ -43,6 +43,9 @@ Touched:
   ``restart_ice`` (WHEP's ICE restart; aiortc has none) gives the live ICE connection new
   credentials on both sides in place: its sockets, candidates and nominated pair carry on, DTLS
   and SRTP are untouched.
+- aioice ``Connection.query_consent`` (replaced per instance) / ``_query_consent_task`` /
+  ``build_request`` / ``_nominated`` / ``remote_password``: ``tolerate_late_consent`` keeps
+  RFC 7675 consent freshness with checks that may be answered late (aioice: within 0.5 s).
 - ``RTCPeerConnection.__iceTransports``, aioice ``Connection.get_component_candidates`` (replaced
   per instance) / ``_protocols`` / ``_local_username`` / ``stun_server``, ``StunProtocol``
   (``connection_made``, ``transactions``, ``local_candidate``), ``aioice.candidate``'s
@@ -56,12 +59,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
+import logging
+import random
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import aioice.candidate
 import aioice.ice
+import aioice.stun
 import aiortc.rtcdtlstransport
 import aiortc.rtcrtpsender
 import pylibsrtp
@@ -76,6 +83,8 @@ from aiortc.rtcrtpparameters import RTCRtpCodecParameters
 from OpenSSL import SSL
 
 from gateway.net.udp_mux import UdpMux
+
+log = logging.getLogger(__name__)
 
 _SENDER_HISTORY = "_RTCRtpSender__rtp_history"
 _SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
@@ -115,6 +124,7 @@ def check_internals() -> list[str]:
     problems.extend(_receiver_rtcp_problems())
     problems.extend(_teardown_problems())
     problems.extend(_mux_problems())
+    problems.extend(_consent_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems
@@ -664,6 +674,123 @@ def consent_timing(interval_s: float, failures: int) -> Iterator[None]:
         yield
     finally:
         aioice.ice.CONSENT_INTERVAL, aioice.ice.CONSENT_FAILURES = saved
+
+
+# --- ICE consent freshness (RFC 7675): a late answer still counts ---------------------------
+
+#: Retransmissions of one consent check (RFC 5389 timing: sent at 0, 0.5, 1.5 and 3.5 s; it
+#: waits for an answer until 7.5 s), where aioice sends one and waits 0.5 s.
+CONSENT_RETRANSMISSIONS = 3
+
+
+class ConsentStats:
+    """Process-wide counts of the consent checks ``tolerate_late_consent`` sent (plain ints:
+    read by /healthz and /metrics)."""
+
+    __slots__ = ("answered", "answered_late", "checks", "expired", "unanswered")
+
+    def __init__(self) -> None:
+        self.checks = 0  # consent checks sent (each with its retransmissions)
+        self.answered = 0
+        self.answered_late = 0  # answered after 0.5 s: a failure to stock aioice
+        self.unanswered = 0  # no answer within the check's 7.5 s (or an error response)
+        self.expired = 0  # connections closed: no answer to any check sent in the window
+
+    def as_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+CONSENT = ConsentStats()
+
+
+def tolerate_late_consent(pc: RTCPeerConnection) -> int:
+    """RFC 7675 consent freshness for ``pc``'s ICE agents, in place of aioice's, which sends
+    each check once and counts it failed unless answered within 0.5 s (``RETRY_RTO``): six such
+    in a row (≈30 s) and it closes the connection, even if every check was answered -- a peer
+    or a network 0.5 s behind (a saturated load generator, a busy browser tab, a bufferbloated
+    uplink) loses its session although it consents all along. Here each check is retransmitted
+    (``CONSENT_RETRANSMISSIONS``) and waits 7.5 s, checks overlap, and consent expires when no
+    check sent within the last ``CONSENT_INTERVAL * CONSENT_FAILURES`` (30 s) got an answer, as
+    RFC 7675 section 5.1 has it. Checks still go every ``CONSENT_INTERVAL`` (±20 %).
+
+    Call before the connection starts (``connect`` creates the consent task from
+    ``Connection.query_consent``, replaced here per instance). Returns the agents changed."""
+    transports = getattr(pc, _PC_ICE_TRANSPORTS, None)
+    if not isinstance(transports, set):
+        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {_PC_ICE_TRANSPORTS}")
+    changed = 0
+    for ice in transports:
+        connection = _ice_connection_of(ice)
+        for attr in ("query_consent", "_query_consent_task", "_nominated", "build_request"):
+            _require(connection, attr)
+        if "query_consent" in vars(connection):
+            continue
+        connection.query_consent = functools.partial(_query_consent, connection)
+        changed += 1
+    return changed
+
+
+def _consent_problems() -> list[str]:
+    """check_internals' part for this section."""
+    problems: list[str] = []
+    probe = aioice.ice.Connection(ice_controlling=False)
+    for name in ("query_consent", "build_request", "close"):
+        if not callable(getattr(probe, name, None)):
+            problems.append(f"aioice.Connection.{name}")
+    for name in ("_query_consent_task", "remote_password"):
+        if not hasattr(probe, name):
+            problems.append(f"aioice.Connection.{name}")
+    if "query_consent" not in aioice.ice.Connection.connect.__code__.co_names:
+        problems.append("aioice.Connection.connect no longer starts query_consent")
+    if not isinstance(getattr(aioice.stun, "RETRY_RTO", None), int | float):
+        problems.append("aioice.stun.RETRY_RTO")
+    if not isinstance(getattr(aioice.stun, "TransactionError", None), type):
+        problems.append("aioice.stun.TransactionError")
+    return problems
+
+
+async def _query_consent(connection: Any) -> None:
+    loop = asyncio.get_running_loop()
+    fresh_since = loop.time()  # when the latest answered check was sent (connect: a check)
+    checks: set[asyncio.Future[None]] = set()
+
+    async def check(pair: Any) -> None:
+        nonlocal fresh_since
+        request = connection.build_request(pair, nominate=False)
+        sent = loop.time()
+        CONSENT.checks += 1
+        try:
+            await pair.protocol.request(
+                request, pair.remote_addr,
+                integrity_key=connection.remote_password.encode("utf8"),
+                retransmissions=CONSENT_RETRANSMISSIONS,
+            )
+        except aioice.stun.TransactionError:
+            CONSENT.unanswered += 1
+            return
+        CONSENT.answered += 1
+        if loop.time() - sent > aioice.stun.RETRY_RTO:
+            CONSENT.answered_late += 1
+        fresh_since = max(fresh_since, sent)
+
+    try:
+        while True:
+            interval = aioice.ice.CONSENT_INTERVAL
+            await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
+            if loop.time() - fresh_since >= interval * aioice.ice.CONSENT_FAILURES:
+                break
+            for pair in list(connection._nominated.values()):
+                task = asyncio.ensure_future(check(pair))
+                checks.add(task)
+                task.add_done_callback(checks.discard)
+    finally:
+        for task in list(checks):
+            task.cancel()
+    CONSENT.expired += 1
+    log.info("ICE consent expired: no answer to a check sent in the last %.0f s",
+             loop.time() - fresh_since)
+    connection._query_consent_task = None  # close() would otherwise cancel this very task
+    await connection.close()
 
 
 # --- ICE: restart with new credentials (WHEP PATCH, RFC 8840 / 8445 section 9) ------------------

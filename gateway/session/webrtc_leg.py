@@ -131,6 +131,7 @@ class WebRtcLeg:
             raise SdpRejected("invalid_offer", f"the offer was refused: {exc}") from exc
         if self.udp_mux is not None:  # gather on the worker's shared socket(s)
             aiortc_compat.share_udp_socket(pc, self.udp_mux.get)
+        aiortc_compat.tolerate_late_consent(pc)  # a late consent answer still counts
         codecs = aiortc_compat.negotiated_codecs(transceiver)
         opus = answer_codec(codecs, nack=self.options.answer_nack)
         pinned = [opus]
