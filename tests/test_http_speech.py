@@ -205,6 +205,51 @@ async def test_a_reader_that_stalls_pauses_synthesis_and_holds_memory_flat(start
         writer.close()
 
 
+async def test_a_live_reader_that_stalls_is_waited_for_then_gets_everything(start_gateway):
+    # live frames are written from the ticker's callbacks; a paused transport hands the stream
+    # to its task, which waits for the reader, then gives it back
+    seconds = 15  # the kernel's and asyncio's buffers take ≈ 11 s of live 24 kHz PCM
+    voices = VoiceRegistry([ToneSynthesizer(name="twelve", seconds=float(seconds))])
+    gateway = await start_gateway(voices=voices)
+    host, port = gateway.url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
+    reader, writer = await asyncio.open_connection(sock=sock)
+    body = json.dumps({"input": "long", "voice": "twelve", "response_format": "pcm",
+                       "pace": "live"}).encode()
+    writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+    await reader.readuntil(b"\r\n\r\n")
+    try:
+        (leg,) = gateway.app[HTTP_STREAMS]
+        loop = asyncio.get_running_loop()
+        last, steady_since = -1, loop.time()
+        while loop.time() - steady_since < 3.0:  # nothing more written for 3 s: waiting
+            await asyncio.sleep(0.25)  # sampling a counter over wall-clock time is the test
+            if leg.stats.frames != last:
+                last, steady_since = leg.stats.frames, loop.time()
+            assert loop.time() < steady_since + 20
+        assert leg.stats.frames < seconds * 50  # held back, not all written
+        # the writes refused while the transport was paused went through the task (besides the
+        # first frame's)
+        assert leg.stats.writes - leg.stats.ticked_writes > 1
+        ticked_before = leg.stats.ticked_writes
+        assert len(leg.queue) <= leg.queue.maxsize
+        received = 0
+        while chunk := await reader.read(65536):
+            received += len(chunk)
+            if b"0\r\n\r\n" in chunk[-7:]:
+                break
+        assert received > seconds * 48_000  # all of it (plus the chunk framing)
+        assert leg.stats.frames == seconds * 50
+        assert leg.stats.ticked_writes > ticked_before  # back on the ticker after the wait
+    finally:
+        writer.close()
+
+
 async def test_a_client_that_goes_away_cancels_synthesis_upstream(start_gateway):
     server = CosyVoiceStandIn(StandInConfig(sample_rate=24_000, chunk_bytes=4800,
                                             chunk_delay_ms=20))
@@ -261,11 +306,18 @@ async def test_live_pace_is_real_time_after_the_lead(gateway):
     parser = FrameRecordParser()
     arrivals: list[float] = []
     loop = asyncio.get_running_loop()
+    legs = set()
     async with gateway.http.post(f"{gateway.url}/v1/speech/stream", json=body) as r:
         async for chunk in r.content.iter_any():
             now = loop.time()
+            legs |= gateway.app[HTTP_STREAMS]
             arrivals += [now for rec in parser.feed(chunk) if isinstance(rec, FrameRecord)]
     assert len(arrivals) == 50  # the tone voice's 1 s
+    assert parser.done
+    (leg,) = legs
+    # every write but the first frame's and the end record's was made from the shared ticker's
+    # callback, none by the task (a reader that keeps reading is never waited for)
+    assert leg.stats.ticked_writes == leg.stats.writes - 2 > 0
     # frame i is due 20 ms * i - 200 ms (lead) after the first, written up to one write window
     # (--live-write-ms) early
     # (earliness is the property; lateness only bounds a loaded machine's scheduling, loosely)

@@ -22,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.api.chunked_writer import ChunkedBodyWriter
 from gateway.api.models import FrameStreamRequest, parse
 from gateway.api.routes import (
     CACHE,
@@ -182,7 +183,8 @@ async def stream_response(
     try:
         utterance = conversation.say(text, voice, instructions=instructions)
         await response.prepare(request)
-        await leg.run(utterance, response.write)
+        body = ChunkedBodyWriter(request, response)
+        await leg.run(utterance, body.write, body.write_now)
         await response.write_eof()
     except (ConnectionResetError, ConnectionError) as exc:
         log.info("HTTP stream ended by the client: %r", exc)
