@@ -44,8 +44,9 @@ Touched:
   credentials on both sides in place: its sockets, candidates and nominated pair carry on, DTLS
   and SRTP are untouched.
 - aioice ``Connection.query_consent`` (replaced per instance) / ``_query_consent_task`` /
-  ``build_request`` / ``_nominated`` / ``remote_password``: ``tolerate_late_consent`` keeps
-  RFC 7675 consent freshness with checks that may be answered late (aioice: within 0.5 s).
+  ``build_request`` / ``_nominated`` / ``remote_password``, ``StunProtocol.transactions`` /
+  ``send_stun``: ``tolerate_late_consent`` keeps RFC 7675 consent freshness with checks that
+  may be answered late (aioice: within 0.5 s).
 - ``RTCPeerConnection.__iceTransports``, aioice ``Connection.get_component_candidates`` (replaced
   per instance) / ``_protocols`` / ``_local_username`` / ``stun_server``, ``StunProtocol``
   (``connection_made``, ``transactions``, ``local_candidate``), ``aioice.candidate``'s
@@ -678,8 +679,8 @@ def consent_timing(interval_s: float, failures: int) -> Iterator[None]:
 
 # --- ICE consent freshness (RFC 7675): a late answer still counts ---------------------------
 
-#: Retransmissions of one consent check (RFC 5389 timing: sent at 0, 0.5, 1.5 and 3.5 s; it
-#: waits for an answer until 7.5 s), where aioice sends one and waits 0.5 s.
+#: Retransmissions of one consent check (RFC 5389 timing: sent at 0, 0.5, 1.5 and 3.5 s), where
+#: aioice sends one. Its answer counts for as long as the consent window lasts (30 s).
 CONSENT_RETRANSMISSIONS = 3
 
 
@@ -693,8 +694,8 @@ class ConsentStats:
         self.checks = 0  # consent checks sent (each with its retransmissions)
         self.answered = 0
         self.answered_late = 0  # answered after 0.5 s: a failure to stock aioice
-        self.unanswered = 0  # no answer within the check's 7.5 s (or an error response)
-        self.expired = 0  # connections closed: no answer to any check sent in the window
+        self.unanswered = 0  # no answer within the consent window
+        self.expired = 0  # connections closed: no check sent within the window was answered
 
     def as_json(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -707,11 +708,12 @@ def tolerate_late_consent(pc: RTCPeerConnection) -> int:
     """RFC 7675 consent freshness for ``pc``'s ICE agents, in place of aioice's, which sends
     each check once and counts it failed unless answered within 0.5 s (``RETRY_RTO``): six such
     in a row (≈30 s) and it closes the connection, even if every check was answered -- a peer
-    or a network 0.5 s behind (a saturated load generator, a busy browser tab, a bufferbloated
-    uplink) loses its session although it consents all along. Here each check is retransmitted
-    (``CONSENT_RETRANSMISSIONS``) and waits 7.5 s, checks overlap, and consent expires when no
-    check sent within the last ``CONSENT_INTERVAL * CONSENT_FAILURES`` (30 s) got an answer, as
-    RFC 7675 section 5.1 has it. Checks still go every ``CONSENT_INTERVAL`` (±20 %).
+    or a network more than 0.5 s behind (a saturated load generator, a busy browser tab, a
+    bufferbloated uplink) loses its session although it consents all along. Here a check is
+    retransmitted (``CONSENT_RETRANSMISSIONS``), its answer is accepted until the consent window
+    ends, and consent expires when no check sent within the last ``CONSENT_INTERVAL *
+    CONSENT_FAILURES`` (30 s) was answered, as RFC 7675 section 5.1 has it. Checks still go every
+    ``CONSENT_INTERVAL`` (±20 %).
 
     Call before the connection starts (``connect`` creates the consent task from
     ``Connection.query_consent``, replaced here per instance). Returns the agents changed."""
@@ -742,11 +744,32 @@ def _consent_problems() -> list[str]:
             problems.append(f"aioice.Connection.{name}")
     if "query_consent" not in aioice.ice.Connection.connect.__code__.co_names:
         problems.append("aioice.Connection.connect no longer starts query_consent")
+    stun_protocol = getattr(aioice.ice, "StunProtocol", None)
+    if not callable(getattr(stun_protocol, "send_stun", None)):
+        problems.append("aioice.StunProtocol.send_stun")
+    code = getattr(getattr(stun_protocol, "datagram_received", None), "__code__", None)
+    if code is None or "response_received" not in code.co_names:  # how it answers transactions
+        problems.append("aioice.StunProtocol.datagram_received -> transactions[id]")
     if not isinstance(getattr(aioice.stun, "RETRY_RTO", None), int | float):
         problems.append("aioice.stun.RETRY_RTO")
-    if not isinstance(getattr(aioice.stun, "TransactionError", None), type):
-        problems.append("aioice.stun.TransactionError")
     return problems
+
+
+class _ConsentCheck:
+    """One consent check's STUN transaction, answerable for the whole consent window: it stands
+    in for aioice's ``stun.Transaction`` in ``StunProtocol.transactions`` (which hands it every
+    response with its transaction id)."""
+
+    __slots__ = ("answer", "key")
+
+    def __init__(self, key: bytes, answer: asyncio.Future[None]) -> None:
+        self.key = key
+        self.answer = answer
+
+    def response_received(self, message: Any, addr: tuple[str, int]) -> None:
+        if (not self.answer.done() and message.message_class == aioice.stun.Class.RESPONSE
+                and message.check_message_integrity(self.key)):
+            self.answer.set_result(None)
 
 
 async def _query_consent(connection: Any) -> None:
@@ -754,18 +777,29 @@ async def _query_consent(connection: Any) -> None:
     fresh_since = loop.time()  # when the latest answered check was sent (connect: a check)
     checks: set[asyncio.Future[None]] = set()
 
-    async def check(pair: Any) -> None:
+    async def check(pair: Any, window: float) -> None:
         nonlocal fresh_since
         request = connection.build_request(pair, nominate=False)
+        key = connection.remote_password.encode("utf8")
+        request.add_message_integrity(key)
+        answer: asyncio.Future[None] = loop.create_future()
+        protocol, txid = pair.protocol, request.transaction_id
+        protocol.transactions[txid] = _ConsentCheck(key, answer)
         sent = loop.time()
         CONSENT.checks += 1
         try:
-            await pair.protocol.request(
-                request, pair.remote_addr,
-                integrity_key=connection.remote_password.encode("utf8"),
-                retransmissions=CONSENT_RETRANSMISSIONS,
-            )
-        except aioice.stun.TransactionError:
+            wait = aioice.stun.RETRY_RTO
+            for retransmission in range(CONSENT_RETRANSMISSIONS + 1):
+                protocol.send_stun(request, pair.remote_addr)
+                last = retransmission == CONSENT_RETRANSMISSIONS
+                timeout = max(0.0, sent + window - loop.time()) if last else wait
+                done, _ = await asyncio.wait([answer], timeout=timeout)
+                if done:
+                    break
+                wait *= 2
+        finally:
+            protocol.transactions.pop(txid, None)
+        if not answer.done():
             CONSENT.unanswered += 1
             return
         CONSENT.answered += 1
@@ -777,10 +811,11 @@ async def _query_consent(connection: Any) -> None:
         while True:
             interval = aioice.ice.CONSENT_INTERVAL
             await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
-            if loop.time() - fresh_since >= interval * aioice.ice.CONSENT_FAILURES:
+            window = interval * aioice.ice.CONSENT_FAILURES
+            if loop.time() - fresh_since >= window:
                 break
             for pair in list(connection._nominated.values()):
-                task = asyncio.ensure_future(check(pair))
+                task = asyncio.ensure_future(check(pair, window))
                 checks.add(task)
                 task.add_done_callback(checks.discard)
     finally:

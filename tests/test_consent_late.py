@@ -3,9 +3,9 @@
 The defect: aioice counts a consent check failed unless its answer arrives within 0.5 s, and
 closes the connection after ``CONSENT_FAILURES`` in a row -- so a peer whose answers take longer
 (a saturated load generator was 2-4 s behind at 1,000 streams) lost its session although it
-answered every check. ``aiortc_compat.tolerate_late_consent`` keeps each check open for 7.5 s
-and expires consent only when no check of the window was answered. Real aiortc peers over UDP
-on 127.0.0.1, both UDP designs.
+answered every check. ``aiortc_compat.tolerate_late_consent`` accepts a check's answer for the
+whole consent window and expires consent only when no check of the window was answered. Real
+aiortc peers over UDP on 127.0.0.1, both UDP designs.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.net import stun_fields
 
-LATE_S = 1.0  # each answer's delay: past aioice's 0.5 s, well inside a check's 7.5 s
+LATE_S = 1.0  # each answer's delay: past aioice's 0.5 s, inside the 2.4 s window
 FAILURES = 8  # consent window: FAILURES x 0.3 s = 2.4 s (aioice: 8 late answers in a row)
 CHECKS = 2 * FAILURES  # checks answered (late) while the session must stay up
 

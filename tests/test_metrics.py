@@ -47,3 +47,28 @@ async def test_totals_survive_the_session_that_counted_them(gateway):
         health = await r.json()
     totals = health["metrics"]
     assert totals["rtp_packets_sent_total"] == value(after, "voice_gateway_rtp_packets_sent_total")
+
+
+async def test_the_shared_udp_socket_and_consent_are_counted(gateway):
+    client = GatewayClient(gateway.url, gateway.http, capture=True)
+    await client.connect()
+    try:
+        await client.capture.wait_packets(10)
+        samples = await scrape(gateway)
+        assert value(samples, "voice_gateway_udp_mux_sockets") == 1
+        assert value(samples, "voice_gateway_udp_mux_endpoints") == 1
+        assert value(samples, "voice_gateway_udp_mux_received_total") >= 1  # ICE, DTLS
+        assert value(samples, "voice_gateway_udp_mux_routed_by_ufrag_total") >= 1
+        assert value(samples, "voice_gateway_udp_mux_batched_total") >= 10  # the RTP
+        assert value(samples, "voice_gateway_udp_mux_sendmmsg_calls_total") >= 1
+        for name in ("unknown_ufrag", "unknown_source", "kernel_drops", "sendmmsg_partial",
+                     "send_failed", "transaction_misses"):
+            assert ("voice_gateway_udp_mux_" + name + "_total", ()) in samples
+        for name in ("checks", "answered", "answered_late", "unanswered", "expired"):
+            assert ("voice_gateway_ice_consent_" + name + "_total", ()) in samples
+        async with gateway.http.get(f"{gateway.url}/healthz") as r:
+            health = await r.json()
+        assert health["udp_mux"]["kernel_drops"] == 0
+        assert set(health["ice_consent"]) >= {"checks", "answered_late", "expired"}
+    finally:
+        await client.close()

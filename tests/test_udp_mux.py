@@ -133,6 +133,7 @@ async def test_stray_datagrams_are_dropped_and_counted(gateway):
         transport, stray = await loop.create_datagram_endpoint(
             Stray, local_addr=("127.0.0.1", 0))
         dropped = mux.stats.dropped_unknown
+        before = (mux.stats.unknown_ufrag, mux.stats.unknown_source, mux.stats.transaction_misses)
         request = aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.REQUEST)
         request.attributes["USERNAME"] = "nosuchufrag:x"
         response = aioice.stun.Message(aioice.stun.Method.BINDING, aioice.stun.Class.RESPONSE)
@@ -143,6 +144,9 @@ async def test_stray_datagrams_are_dropped_and_counted(gateway):
         await wait_for(lambda: mux.stats.dropped_unknown >= dropped + len(datagrams), timeout=2,
                        what=lambda: (dropped, mux.stats))
         assert stray.received == []  # not even an error response: the ufrag is nobody's
+        # by kind: the request a demux miss, the rest (RTP, DTLS, the response) unknown sources
+        after = (mux.stats.unknown_ufrag, mux.stats.unknown_source, mux.stats.transaction_misses)
+        assert [a - b for a, b in zip(after, before)] == [1, 3, 1]
         transport.close()
         # the sessions are unharmed
         counts = [c.capture.count for c in clients]

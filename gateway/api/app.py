@@ -15,6 +15,7 @@ from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
 from gateway.net.udp_mux import MuxGroup
+from gateway.runtime.metrics import METRICS
 from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
@@ -47,6 +48,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     if config.udp_mux:
         udp_mux = MuxGroup(aiortc_compat.host_addresses(), config.udp_port,
                            use_sendmmsg=config.udp_sendmmsg)
+    METRICS.udp_mux.source = udp_mux.stats if udp_mux is not None else None
+    METRICS.ice_consent.source = aiortc_compat.CONSENT.as_json
     app[REGISTRY] = SessionRegistry(
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,

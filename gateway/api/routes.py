@@ -380,6 +380,8 @@ async def healthz(request: web.Request) -> web.Response:
     body["metrics"] = METRICS.snapshot()
     if registry.udp_mux is not None:
         body["udp_mux"] = registry.udp_mux.stats()
+    if METRICS.ice_consent.source is not None:
+        body["ice_consent"] = METRICS.ice_consent.source()
     extra = request.app.get(HEALTH_EXTRA)
     if extra is not None:
         body.update(extra())

@@ -85,7 +85,8 @@ class BatchSocket:
         if not _load():
             raise OSError("sendmmsg is not available here")
         self.fd = fd
-        self.calls = 0
+        self.calls = 0  # sendmmsg(2) calls made
+        self.skipped = 0  # datagrams the kernel refused one by one (their destination)
         self._msgs = _ffi.new("struct mmsghdr[]", MAX_BATCH)
         self._iovs = _ffi.new("struct iovec[]", MAX_BATCH)
         self._arena = _ffi.new("char[]", MAX_BATCH * SLOT)
@@ -133,6 +134,7 @@ class BatchSocket:
                 continue
             if err in _SKIP:  # this datagram only (its destination): the rest still go
                 sent += 1
+                self.skipped += 1
                 continue
             break  # the buffer is full, or the socket is unusable: the caller decides
         return sent

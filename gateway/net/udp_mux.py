@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -50,18 +51,27 @@ class DatagramReceiver(Protocol):
 
 @dataclass
 class MuxStats:
+    """Plain-int counters (the hot path pays an attribute increment); /healthz shows them and
+    /metrics exports them (``runtime/metrics.py``: ``MUX_COUNTERS``, ``MUX_GAUGES``)."""
+
     endpoints: int = 0
     addresses: int = 0
     received: int = 0
     routed_by_ufrag: int = 0
     routed_by_transaction: int = 0
     routed_by_address: int = 0
-    dropped_unknown: int = 0
+    dropped_unknown: int = 0  # both kinds below
+    unknown_ufrag: int = 0  # STUN requests for no session's ufrag (a demux miss)
+    unknown_source: int = 0  # anything else from an address no session has
+    transaction_misses: int = 0  # STUN responses to no request in flight (then by address)
     refused_addresses: int = 0
+    read_errors: int = 0  # recvfrom errors (an ICMP error queued on the socket)
     sent: int = 0
     batches: int = 0
     batched: int = 0
-    send_failed: int = 0
+    sendmmsg_calls: int = 0
+    sendmmsg_partial: int = 0  # batches the kernel took only part of (the rest: sendto)
+    send_failed: int = 0  # datagrams not sent: a full socket buffer, an unreachable address
 
     def as_json(self) -> dict[str, int]:
         return asdict(self)
@@ -193,6 +203,7 @@ class UdpMux:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # an ICMP error reported on the socket: read on
+                self.stats.read_errors += 1
                 log.debug("udp mux %s: %s", self.local_address, exc)
                 continue
             try:
@@ -202,26 +213,34 @@ class UdpMux:
 
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         source: Address = (addr[0], addr[1])
-        self.stats.received += 1
+        stats = self.stats
+        stats.received += 1
         endpoint: MuxEndpoint | None
+        unknown_ufrag = False
         if data and data[0] < 4 and is_stun(data):
             if stun_class(data) == REQUEST:
                 ufrag = local_ufrag(data)
                 endpoint = self._by_ufrag.get(ufrag) if ufrag is not None else None
                 if endpoint is not None:
                     self._bind_address(endpoint, source)
-                    self.stats.routed_by_ufrag += 1
+                    stats.routed_by_ufrag += 1
                     endpoint.receiver.datagram_received(data, source)
                     return
+                unknown_ufrag = True
             else:
                 endpoint = self._by_transaction.pop(transaction_id(data), None)
                 if endpoint is not None and not endpoint.is_closing():
-                    self.stats.routed_by_transaction += 1
+                    stats.routed_by_transaction += 1
                     endpoint.receiver.datagram_received(data, source)
                     return
+                stats.transaction_misses += 1
         endpoint = self._by_address.get(source)
         if endpoint is None:
-            self.stats.dropped_unknown += 1
+            stats.dropped_unknown += 1
+            if unknown_ufrag:
+                stats.unknown_ufrag += 1
+            else:
+                stats.unknown_source += 1
             return
         self.stats.routed_by_address += 1
         endpoint.receiver.datagram_received(data, source)
@@ -341,10 +360,33 @@ class UdpMux:
                         break
                 resolved.append(name)
             if len(resolved) == n:
+                calls, skipped = batch_socket.calls, batch_socket.skipped
                 sent = batch_socket.send(batch, resolved)
+                self.stats.sendmmsg_calls += batch_socket.calls - calls
+                self.stats.send_failed += batch_socket.skipped - skipped
+                if sent < n:
+                    self.stats.sendmmsg_partial += 1
         sendto = self._sendto
         for i in range(sent, n):  # no sendmmsg, or it stopped short: one by one
             sendto(batch[i], addresses[i])
+
+    def kernel_drops(self) -> int:
+        """Datagrams the kernel dropped on this socket (its receive buffer full): the ``drops``
+        column of /proc/net/udp[6] (0 where it cannot be read)."""
+        sock = self._sock
+        if sock is None:
+            return 0
+        try:
+            inode = str(os.fstat(sock.fileno()).st_ino)
+            table = "/proc/net/udp6" if sock.family == socket.AF_INET6 else "/proc/net/udp"
+            with open(table) as f:
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 12 and fields[9] == inode:
+                        return int(fields[12])
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def close(self) -> None:
         """Close the socket; every session still on it sees its transport lost."""
@@ -394,7 +436,9 @@ class MuxGroup:
         for mux in self.muxes.values():
             for name, value in mux.stats.as_json().items():
                 setattr(total, name, getattr(total, name) + value)
-        return {"port": self.port, "sockets": len(self.muxes), **total.as_json()}
+        drops = sum(mux.kernel_drops() for mux in self.muxes.values())
+        return {"port": self.port, "sockets": len(self.muxes), **total.as_json(),
+                "kernel_drops": drops}
 
     def close(self) -> None:
         for mux in self.muxes.values():

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
 NAMESPACE = "voice_gateway"
@@ -39,6 +39,72 @@ SEND_COUNTERS = {
     "nack_rate_limited": "NACKed sequence numbers not answered (back-off or per-second cap)",
     "send_errors": "Send ticks or records that raised (the stream carried on)",
 }
+
+
+#: The worker's shared UDP sockets' counters (net/udp_mux.MuxStats, summed over its sockets).
+MUX_COUNTERS = {
+    "received": "Datagrams read from the shared UDP sockets",
+    "routed_by_ufrag": "STUN requests routed by their USERNAME's ufrag",
+    "routed_by_transaction": "STUN responses routed by the transaction of our request",
+    "routed_by_address": "Datagrams (DTLS, SRTP, SRTCP) routed by their source address",
+    "dropped_unknown": "Datagrams dropped: no session to route them to (both kinds)",
+    "unknown_ufrag": "STUN requests dropped: their ufrag is no session's (demux misses)",
+    "unknown_source": "Datagrams dropped: from an address no session has checked from",
+    "transaction_misses": "STUN responses to no request in flight (routed by address instead)",
+    "refused_addresses": "Addresses not bound: the session had its maximum",
+    "read_errors": "Errors reading the shared sockets (ICMP errors queued on them)",
+    "kernel_drops": "Datagrams the kernel dropped on the shared sockets (receive buffer full)",
+    "sent": "Datagrams sent on the shared sockets",
+    "batches": "Batches of one tick's RTP sent together",
+    "batched": "Datagrams sent in batches",
+    "sendmmsg_calls": "sendmmsg(2) calls",
+    "sendmmsg_partial": "Batches sendmmsg(2) sent only part of (the rest went by sendto)",
+    "send_failed": "Datagrams not sent (a full socket buffer, an unreachable address)",
+}
+MUX_GAUGES = {
+    "sockets": "Shared UDP sockets of this worker",
+    "endpoints": "Sessions on the shared UDP sockets",
+    "addresses": "Peer addresses bound to sessions on the shared UDP sockets",
+}
+#: ICE consent freshness checks (aiortc_compat.ConsentStats).
+CONSENT_COUNTERS = {
+    "checks": "ICE consent freshness checks sent (RFC 7675)",
+    "answered": "ICE consent checks answered",
+    "answered_late": "ICE consent checks answered after 0.5 s (aioice alone counted a failure)",
+    "unanswered": "ICE consent checks not answered within the consent window (30 s)",
+    "expired": "ICE connections closed: no consent check of the window answered",
+}
+
+
+class PlainCounters:
+    """A collector of counts another layer keeps as plain ints, read at scrape time:
+    ``source()`` returns name -> value (None: nothing exported yet). Registered once per
+    process; whoever owns the counts sets ``source`` (the latest app's, in tests)."""
+
+    def __init__(
+        self, prefix: str, counters: dict[str, str], gauges: dict[str, str] | None = None
+    ) -> None:
+        self.prefix = prefix
+        self.counters = counters
+        self.gauges = gauges or {}
+        self.source: Callable[[], dict[str, Any]] | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        source = self.source
+        if source is None:
+            return
+        values = source()
+        for name, doc in self.counters.items():
+            family = CounterMetricFamily(f"{NAMESPACE}_{self.prefix}_{name}", doc)
+            family.add_metric([], values.get(name, 0))
+            yield family
+        for name, doc in self.gauges.items():
+            gauge = GaugeMetricFamily(f"{NAMESPACE}_{self.prefix}_{name}", doc)
+            gauge.add_metric([], values.get(name, 0))
+            yield gauge
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
 
 
 class SendCounts(Protocol):
@@ -125,6 +191,10 @@ class Metrics:
         )
         self.send = SendTotals()
         r.register(self.send)  # type: ignore[arg-type]
+        self.udp_mux = PlainCounters("udp_mux", MUX_COUNTERS, MUX_GAUGES)
+        r.register(self.udp_mux)  # type: ignore[arg-type]
+        self.ice_consent = PlainCounters("ice_consent", CONSENT_COUNTERS)
+        r.register(self.ice_consent)  # type: ignore[arg-type]
 
     def set_session_states(self, count_by_state: Callable[[], dict[str, int]]) -> None:
         """Read live sessions by state at scrape time."""
