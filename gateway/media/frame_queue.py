@@ -128,6 +128,26 @@ class FrameQueue:
             self._space.set()
         return fields
 
+    def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
+        """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
+        when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
+        payloads, owners = self._payloads, self._owners
+        if not payloads or limit <= 0:
+            return None
+        owner, first = owners[0], self._indexes[0]
+        count = min(limit, len(payloads))
+        run = 1
+        while run < count and owners[run] is owner:
+            run += 1
+        popleft, pop_owner, pop_index = payloads.popleft, owners.popleft, self._indexes.popleft
+        out = [popleft() for _ in range(run)]
+        for _ in range(run):
+            pop_owner()
+            pop_index()
+        if len(payloads) <= self.low_water and not self._space.is_set():
+            self._space.set()
+        return out, owner, first
+
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
         fields = zip(self._payloads, self._owners, self._indexes, strict=True)

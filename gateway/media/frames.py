@@ -16,6 +16,11 @@ class FrameOwner(Protocol):
 
     def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None: ...
 
+    def on_frames_sent(self, index: int, count: int, seq: int, timestamp: int, at: float) -> None:
+        """``count`` consecutive frames from ``index`` (sequence numbers and timestamps from
+        ``seq`` and ``timestamp``), all written at ``at`` (an HTTP write)."""
+        ...
+
 
 @dataclass(slots=True)
 class EncodedFrame:

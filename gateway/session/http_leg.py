@@ -242,28 +242,33 @@ class _TickedLiveWriter:
             if due > now:
                 self._arm(due)
                 return
-        # the live write cadence coalesces (``--http-flush frame``: every frame alone)
-        horizon = now + (leg.options.write_s if leg.flush_limit else 0.0)
-        chunk = bytearray()
-        frame = leg.formatter.frame
+        # the live write cadence coalesces (``--http-flush frame``: every frame alone); frames
+        # are popped, formatted and counted a run at a time (not a call per frame)
         stats = leg.stats
-        while len(queue):
-            if self.first_at is not None and self.first_at + self.index * FRAME_S - lead > horizon:
+        first_at = self.first_at
+        if first_at is None or stats.writes == 0:
+            due = 1  # the first frame alone, at once
+        else:
+            horizon = now + (leg.options.write_s if leg.flush_limit else 0.0)
+            due = int((horizon + lead - first_at) / FRAME_S + 1e-9) - self.index + 1
+        parts: list[bytes] = []
+        while due > 0:
+            run = queue.pop_run(due)
+            if run is None:
                 break
-            fields = queue.pop_fields()
-            assert fields is not None
-            payload, owner, frame_index = fields
-            chunk += frame(payload)
+            payloads, owner, frame_index = run
             if self.first_at is None:
                 self.first_at = now
+            parts.append(leg.formatter.frames(payloads))
+            index, count = self.index, len(payloads)
             if owner is not None:
-                index = self.index
-                owner.on_frame_sent(frame_index, index & 0xFFFF, index * RTP_TICKS_PER_FRAME, now)
-            self.index += 1
-            stats.frames += 1
-            if stats.writes == 0:
-                break  # the first frame alone, at once
-        data = bytes(chunk)
+                owner.on_frames_sent(
+                    frame_index, count, index & 0xFFFF, index * RTP_TICKS_PER_FRAME, now
+                )
+            self.index += count
+            stats.frames += count
+            due -= count
+        data = b"".join(parts)
         if data:
             # the first write goes through the task (it also sends the response's headers)
             if stats.writes == 0 or not self.write_now(data):

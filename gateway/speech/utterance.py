@@ -60,13 +60,18 @@ class Delivery:
         return self.utterance.state is UtteranceState.INTERRUPTED
 
     def on_frame_sent(self, index: int, seq: int, timestamp: int, at: float) -> None:
+        self.on_frames_sent(index, 1, seq, timestamp, at)
+
+    def on_frames_sent(self, index: int, count: int, seq: int, timestamp: int, at: float) -> None:
+        if count <= 0:
+            return
         if self.first_at is None:
             self.first_at = at
             self.first_seq = seq
             self.first_timestamp = timestamp
             self.utterance._first_sent(at)
-        self.frames += 1
-        self.last_seq = seq
+        self.frames += count
+        self.last_seq = (seq + count - 1) & 0xFFFF
         self.last_at = at
         if self.utterance.total_frames is not None and self.complete:
             self.utterance._check_done()

@@ -29,6 +29,11 @@ class FrameFormatter:
     def frame(self, payload: bytes) -> bytes:
         raise NotImplementedError
 
+    def frames(self, payloads: list[bytes]) -> bytes:
+        """Consecutive frames written together (a live write): ``frame`` of each, joined."""
+        frame = self.frame
+        return b"".join([frame(p) for p in payloads])
+
     def end(self) -> bytes:
         return b""
 
@@ -67,6 +72,9 @@ class FrameRecords(FrameFormatter):
 
     def frame(self, payload: bytes) -> bytes:
         return self._encoder.frame(payload)
+
+    def frames(self, payloads: list[bytes]) -> bytes:
+        return self._encoder.frames(payloads)
 
     def end(self) -> bytes:
         return self._encoder.end()

@@ -140,6 +140,23 @@ class FrameRecordEncoder:
         self._timestamp = (self._timestamp + RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         return head + record
 
+    def frames(self, payloads: list[bytes]) -> bytes:
+        """``frame`` of each, joined (one call for a write's worth of frames)."""
+        for payload in payloads:  # validate all before any state changes
+            if not 1 <= len(payload) <= MAX_PACKET_BYTES:
+                raise ValueError(
+                    f"a frame carries 1..{MAX_PACKET_BYTES} bytes, got {len(payload)}"
+                )
+        out = [self._open()]
+        pack, sequence, timestamp = _FRAME.pack, self._sequence, self._timestamp
+        for payload in payloads:
+            out.append(pack(TYPE_FRAME, sequence, timestamp, len(payload)))
+            out.append(payload)
+            sequence = (sequence + 1) & 0xFFFF
+            timestamp = (timestamp + RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+        self._sequence, self._timestamp = sequence, timestamp
+        return b"".join(out)
+
     def end(self) -> bytes:
         head = self._open()
         self._ended = True

@@ -101,3 +101,20 @@ async def test_extend_from_an_offset_copies_nothing_and_numbers_from_first_index
                                                        (b"d", None, 3)]
     assert queue.offer(frames, None, first_index=2, start=2) == 2
     assert queue.pop_fields() == (b"c", None, 2)
+
+
+async def test_pop_run_takes_one_owners_frames_up_to_the_limit_and_frees_room():
+    a, b = object(), object()
+    q = FrameQueue(maxsize=6, low_water=2)
+    q.offer([b"a0", b"a1", b"a2"], a, 10)  # type: ignore[arg-type]
+    q.offer([b"b0", b"b1"], b, 0)  # type: ignore[arg-type]
+    assert q.pop_run(2) == ([b"a0", b"a1"], a, 10)  # the limit
+    assert q.pop_run(5) == ([b"a2"], a, 12)  # the run ends where the owner changes
+    assert q.pop_run(0) is None and len(q) == 2
+    blocked = asyncio.create_task(q.extend([b"c"] * 6, None))
+    await asyncio.sleep(0)
+    assert not blocked.done()  # full
+    assert q.pop_run(9) == ([b"b0", b"b1"], b, 0)
+    q.pop_run(2)  # down to the low-water mark: the producer is let in
+    await asyncio.wait_for(blocked, 1)
+    assert q.pop_run(9) == ([b"c"] * 4, None, 2) and q.pop_run(1) is None

@@ -68,6 +68,22 @@ def test_encoder_numbers_frames_like_rtp():
     ]
 
 
+@settings(max_examples=100, deadline=None)
+@given(frames=payloads, split=st.integers(0, 40), sequence=st.integers(0, 0xFFFF),
+       timestamp=st.integers(0, 0xFFFFFFFF))
+def test_frames_at_once_are_the_same_bytes_as_one_by_one(frames, split, sequence, timestamp):
+    one, many = (FrameRecordEncoder(sequence=sequence, timestamp=timestamp) for _ in range(2))
+    expected = b"".join(one.frame(p) for p in frames) + one.end()
+    assert many.frames(frames[:split]) + many.frames(frames[split:]) + many.end() == expected
+
+
+def test_frames_at_once_validate_before_numbering():
+    encoder = FrameRecordEncoder()
+    with pytest.raises(ValueError):
+        encoder.frames([b"ok", b""])
+    assert FrameRecordParser().feed(encoder.frames([b"a"]))[1] == FrameRecord(0, 0, b"a")
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     frames=payloads,
