@@ -88,6 +88,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
     # what the speculative final decode buys: the final decoded only once the turn has ended
     "echo-nospec": {"agent": "echo", "extra": ["--asr-speculate-ms", "0"]},
+    # what the preemptive reply buys: agent and TTS only once the turn has ended
+    "echo-nopre": {"agent": "echo", "extra": ["--no-preemptive-reply"]},
+    # the speculation (and the segment's post-speech pad) at 200 ms, as before
+    "echo-s200": {"agent": "echo", "extra": ["--asr-speculate-ms", "200"]},
+    "echo-s100": {"agent": "echo", "extra": ["--asr-speculate-ms", "100"]},
 }
 
 
@@ -170,6 +175,8 @@ def summarize(rows: list[TurnResult], llm_delay_ms: float = 0.0) -> dict[str, An
         "asr_wait_ms": stats([(r.server.get("asr") or {}).get("wait_ms") for r in good]),
         "speculative_finals": sum(bool((r.server.get("asr") or {}).get("speculative"))
                                   for r in good),
+        # the reply (agent, first clause's synthesis) prepared before the turn ended
+        "prepared_replies": sum(bool(r.server.get("reply_prepared")) for r in good),
     }
     if llm_delay_ms:
         out["llm_first_token_delay_ms"] = llm_delay_ms
@@ -338,7 +345,9 @@ def print_latency(results: dict[str, dict[str, Any]]) -> None:
         d, w = r.get("asr_decode_ms") or {}, r.get("asr_wait_ms") or {}
         print(f"{name}: final decode {d.get('median')} ms median (p90 {d.get('p90')}), its wait "
               f"for the recogniser {w.get('median')} ms (p90 {w.get('p90')}); "
-              f"{r.get('speculative_finals')}/{r['measured']} finals speculative")
+              f"{r.get('speculative_finals')}/{r['measured']} finals speculative, "
+              f"{r.get('prepared_replies')}/{r['measured']} replies prepared before the turn "
+              "ended")
     for name, r in results.items():
         u = r.get("gateway_uplink") or {}
         if u:

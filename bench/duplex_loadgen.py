@@ -15,7 +15,9 @@ each finishes its question and reply before the next quiet window) -> ``done``. 
 windows let both kinds share whatever else the (shared) machine was doing; ``pooled`` sums
 each kind up. Packet lateness per listener: offset = arrival - RTP timestamp / 48 kHz,
 lateness = offset - the window's minimum offset; on time = within 5 ms (``bench.loadgen``).
-``others_cpu_pct``: what other processes took of the machine in a window (% of one core).
+``others_cpu_pct``: what other processes took of the machine in a window (% of one core):
+not the server, not its child processes (Whisper decodes in one: ``server_children_cpu_pct``),
+not this load generator.
 
     python -m bench.duplex_loadgen --url http://127.0.0.1:8080 --server-pid PID \
         --listeners 200 --talkers 10 --out result.json
@@ -27,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import resource
 import sys
@@ -36,6 +39,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from bench import procstats
 from bench.duplex_peer import QUESTIONS, Talker, TurnResult, question_audio
 from bench.loadgen import (
     ON_TIME_S,
@@ -102,10 +106,29 @@ async def warm_phrase(session: LoadSession, text: str, voice: str | None,
 
 def others_cpu_pct(window: dict[str, Any]) -> float:
     """CPU other processes took in the window (% of one core): every core's busy share minus
-    the server's and the load generator's."""
+    the server's, its children's and the load generator's."""
     busy = sum((window.get("core_busy_pct") or {}).values())
-    others = busy - window.get("server_cpu_pct", 0.0) - window.get("loadgen_cpu_pct", 0.0)
+    others = (busy - window.get("server_cpu_pct", 0.0)
+              - window.get("server_children_cpu_pct", 0.0) - window.get("loadgen_cpu_pct", 0.0))
     return max(0.0, round(others, 1))  # (the samples are not simultaneous: a little noise)
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid``'s threads started (the server's Whisper processes)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+    return found
+
+
+def children_cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += procstats.cpu_sample(pid).cpu_s
+    return total
 
 
 def pooled(latenesses: list[np.ndarray]) -> dict[str, Any]:
@@ -121,7 +144,11 @@ def pooled(latenesses: list[np.ndarray]) -> dict[str, Any]:
 async def window(kind: str, n: int, live: list[LoadSession], args: argparse.Namespace,
                  seconds: float, pool: dict[str, list[np.ndarray]]) -> dict[str, Any]:
     phase(f"{kind}_{n}")
+    children = child_pids(args.server_pid)
+    cpu0, t0 = children_cpu_s(children), time.monotonic()
     summary, _, _ = await measure_window(live, args.server_pid, seconds)
+    summary["server_children_cpu_pct"] = round(
+        100 * (children_cpu_s(children) - cpu0) / (time.monotonic() - t0), 1)
     phase(f"{kind}_{n}_end")
     summary["others_cpu_pct"] = others_cpu_pct(summary)
     for s in live:  # this window's arrays are still in the streams (reset at the next one)

@@ -67,6 +67,7 @@ class GatewayConfig:
     turn_silence_ms: int = 500
     barge_in_ms: int = 300
     asr_speculate_ms: int = 200  # start the final decode after this much silence (0: off)
+    preemptive_reply: bool = True  # prepare the reply on the speculative transcript
     reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
     red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
     red_adaptive: bool = True  # only while the receiver reports loss
@@ -111,7 +112,8 @@ class GatewayConfig:
     def hearing_options(self) -> HearingOptions:
         return HearingOptions(asr=self.asr, agent=self.agent, vad=self.vad,
                               turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms,
-                              asr_speculate_ms=self.asr_speculate_ms)
+                              asr_speculate_ms=self.asr_speculate_ms,
+                              preemptive_reply=self.preemptive_reply)
 
 
 def _csv(value: str | None) -> tuple[str, ...]:
@@ -274,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start the final decode after this much silence, while the turn's "
                    "end is still awaited; kept if the turn ends, dropped if the user goes on "
                    "(0: off) [GATEWAY_ASR_SPECULATE_MS]")
+    p.add_argument("--preemptive-reply", action=argparse.BooleanOptionalAction,
+                   default=_env("PREEMPTIVE_REPLY", "1") not in ("0", "false", "off"),
+                   help="on the speculative transcript, ask the agent and synthesize its first "
+                   "clause before the turn has ended (said only if the turn ends on it) "
+                   "[GATEWAY_PREEMPTIVE_REPLY=0 to turn off]")
     p.add_argument("--reply-voice", default=_env("REPLY_VOICE"),
                    help="the voice replies are spoken in (default: the first) "
                    "[GATEWAY_REPLY_VOICE]")
@@ -444,6 +451,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         turn_silence_ms=args.turn_silence_ms,
         barge_in_ms=args.barge_in_ms,
         asr_speculate_ms=args.asr_speculate_ms,
+        preemptive_reply=args.preemptive_reply,
         reply_voice=args.reply_voice,
         red_distance=args.red_distance,
         red_adaptive=not args.red_always,

@@ -18,6 +18,11 @@ same audio), that decode is the final transcript: the endpointing wait hides the
 the user resumes, it is discarded (cancelled if it has not started on the recogniser yet) and
 a later one is made when they stop again. A segment too short to decode ends as
 ``SegmentSkipped``.
+
+A speculation that is decoded while the turn's end is still awaited is announced at once as a
+``TentativeTranscript`` (the text the final will have if the user stays quiet): the duplex
+loop prepares its reply on it (``session/duplex.py``). No tentative comes when the turn ended
+first (the final then follows directly), nor for a speculation the user talked over.
 """
 
 from __future__ import annotations
@@ -63,6 +68,17 @@ class FinalTranscript:
 
 
 @dataclass(frozen=True, slots=True)
+class TentativeTranscript:
+    """A speculative final decoded before the turn ended: the final transcript's text if the
+    user stays quiet (then a ``FinalTranscript`` with ``speculative=True`` and this text
+    follows); if the user speaks on, a later tentative or final replaces it."""
+
+    turn: int
+    text: str
+    transcript: Transcript
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentSkipped:
     """The turn's segment was too short to decode: no final transcript comes for it."""
 
@@ -85,7 +101,7 @@ class TranscriptionFailed:
 
 
 ListenEvent = (SpeechStarted | BargeIn | SpeechStopped | PartialTranscript | FinalTranscript
-               | TranscriptionFailed | SegmentSkipped)
+               | TentativeTranscript | TranscriptionFailed | SegmentSkipped)
 _Final = tuple[int, SpeechStopped, _Speculation | None]
 
 
@@ -166,9 +182,19 @@ class Listener:
         task = asyncio.get_running_loop().create_task(
             self.recognizer.transcribe(audio, final=True), name="asr-speculative")
         task.add_done_callback(_consume_exception)
-        self._speculation = _Speculation(self.turn, detector.time(detector.last_voiced + 1),
-                                         len(audio), task)
+        spec = _Speculation(self.turn, detector.time(detector.last_voiced + 1), len(audio), task)
+        task.add_done_callback(lambda _task: self._speculated(spec))
+        self._speculation = spec
         self.speculations += 1
+
+    def _speculated(self, spec: _Speculation) -> None:
+        """A speculation's decode ended: announce it if the turn is still awaited on it."""
+        if self._speculation is not spec or self._closed or spec.task.cancelled() \
+                or spec.task.exception() is not None:
+            return
+        transcript = spec.task.result()
+        if transcript is not None:
+            self._events.put_nowait(TentativeTranscript(spec.turn, transcript.text, transcript))
 
     def _discard_speculation(self) -> None:
         spec, self._speculation = self._speculation, None

@@ -13,6 +13,7 @@ from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
 from gateway.session.events import EventBus
 from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.prerender import Prerender
 from gateway.speech.speaker import Speaker
 from gateway.speech.utterance import Utterance, UtteranceState
 from gateway.tts.base import Synthesizer
@@ -46,8 +47,10 @@ class Conversation:
         voice: Synthesizer,
         interrupt: bool = False,
         instructions: str | None = None,
+        prerendered: Prerender | None = None,
     ) -> Utterance:
-        return self.speaker.say(text, voice, interrupt=interrupt, instructions=instructions)
+        return self.speaker.say(text, voice, interrupt=interrupt, instructions=instructions,
+                                prerendered=prerendered)
 
     def interrupt(self) -> int:
         return self.speaker.interrupt()

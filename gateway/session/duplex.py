@@ -9,6 +9,15 @@ by default: a cough or a "hm" does not cut it) the reply stops at once -- the ag
 (and its upstream request) is closed, the speaker's queue emptied and its synthesis cancelled,
 the utterances end ``interrupted`` -- and the new turn is heard. Every step is an event
 (session/events.py) and every turn keeps its timings (``turns``).
+
+Preemptive reply (``preempt``, on by default; LiveKit Agents calls it preemptive generation):
+the speculative final transcript arrives while the turn's end is still awaited (the user has
+been quiet ``asr_speculate_ms``, not yet ``turn_silence_ms``); the agent is asked at once and
+its first clause rendered (synthesized and encoded, ``Speaker.prerender``), but nothing is
+said or published. If the turn ends on that transcript, the reply goes on from there: the
+first packet leaves as soon as the turn is over. If the user speaks on, the prepared reply is
+dropped (the agent's stream closed, the rendering cancelled): an agent call and a synthesis
+wasted, never a word said early.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +40,14 @@ from gateway.listen.listener import (
     Listener,
     PartialTranscript,
     SegmentSkipped,
+    TentativeTranscript,
     TranscriptionFailed,
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
 from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.session.conversation import Conversation
+from gateway.speech.prerender import Prerender
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import FINAL_STATES, Utterance
 from gateway.tts.base import Synthesizer
@@ -68,6 +80,7 @@ class Turn:
     asr_decode_s: float | None = None  # the recogniser's own time for the final
     asr_wait_s: float | None = None  # ... and its queue wait (behind other decodes)
     speculative: bool = False  # the final was decoded before the turn ended
+    prepared: bool = False  # the reply was prepared on it before the turn ended
     first_text_at: float | None = None  # the agent's first clause
     replied_at: float | None = None  # the agent's reply complete (every clause said)
     reply: list[str] = field(default_factory=list)
@@ -91,6 +104,7 @@ class Turn:
             "error": self.error, "reply_done": self.replied_at is not None,
             "asr": {"speculative": self.speculative,
                     "decode_ms": ms(0.0, self.asr_decode_s), "wait_ms": ms(0.0, self.asr_wait_s)},
+            "reply_prepared": self.prepared,
             "latency_ms": {
                 "endpointing": ms(end, self.detected_at),
                 "asr": ms(self.detected_at, self.transcript_at),
@@ -99,6 +113,38 @@ class Turn:
                 "end_of_speech_to_audio": ms(end, self.first_audio_at),
             },
         }
+
+
+@dataclass(eq=False)
+class PreparedReply:
+    """A reply begun on a tentative transcript: the agent's clause stream, its first clause
+    and that clause's rendering, held until the turn ends on the same text."""
+
+    turn: int
+    text: str
+    clauses: AsyncIterator[str]
+    task: asyncio.Task[None] | None = None  # reads the first clause, starts its rendering
+    first: str | None = None
+    first_at: float | None = None
+    prerender: Prerender | None = None
+
+    def take_prerender(self) -> Prerender | None:
+        prerender, self.prerender = self.prerender, None
+        return prerender
+
+    async def discard(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        if self.task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        aclose = getattr(self.clauses, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+        prerender = self.take_prerender()
+        if prerender is not None:
+            prerender.cancel()
 
 
 class Duplex:
@@ -110,8 +156,14 @@ class Duplex:
         voice: Synthesizer,
         history_turns: int = 20,
         max_turns_kept: int = 32,
+        preempt: bool = True,
     ) -> None:
         self.conversation = conversation
+        self.preempt = preempt
+        self._prepared: PreparedReply | None = None
+        self._discarding: set[asyncio.Task[None]] = set()  # prepared replies being dropped
+        self.replies_prepared = 0  # replies begun on a tentative transcript
+        self.replies_prepared_used = 0  # ... that the turn's final confirmed
         self.listener = listener
         self.agent = agent
         self.voice = voice
@@ -201,9 +253,18 @@ class Duplex:
                     duration_ms=round((event.at - event.started_at) * 1000))
         elif isinstance(event, PartialTranscript):
             publish("transcript", text=event.text, final=False, turn=event.turn)
+        elif isinstance(event, TentativeTranscript):
+            if self.preempt and event.text.strip():
+                self._prepare(event.turn, event.text)
         elif isinstance(event, FinalTranscript):
             turn = self._turn(event.turn)
             publish("transcript", text=event.text, final=True, turn=event.turn)
+            prepared, self._prepared = self._prepared, None
+            if prepared is not None and (turn is None or not event.text.strip()
+                                         or (prepared.turn, prepared.text)
+                                         != (event.turn, event.text)):
+                self._discard(prepared)
+                prepared = None
             if turn is not None:
                 turn.transcript_at = time.monotonic()
                 turn.text = event.text
@@ -213,7 +274,7 @@ class Duplex:
                     turn.asr_wait_s = max(0.0, event.transcript.latency
                                           - event.transcript.decode_seconds)
                 if event.text.strip():
-                    self._answer(turn)
+                    self._answer(turn, prepared)
         elif isinstance(event, SegmentSkipped):
             # too short to decode (a click, a cough that passed the VAD): no reply comes
             publish("transcript", text="", final=True, turn=event.turn, skipped=True)
@@ -224,31 +285,79 @@ class Duplex:
         number = self.listener.turn if number is None else number
         return next((t for t in reversed(self.turns) if t.number == number), None)
 
-    def _answer(self, turn: Turn) -> None:
+    # -- the preemptive reply ------------------------------------------------------------------
+    def _prepare(self, turn: int, text: str) -> None:
+        """A tentative transcript: begin the reply to it (agent and first clause's rendering),
+        unless the one prepared already answers the same text."""
+        old = self._prepared
+        if old is not None:
+            if (old.turn, old.text) == (turn, text):
+                return
+            self._discard(old)
+        stream = stream_clauses(self.agent.reply(text, list(self.history)))
+        prepared = PreparedReply(turn, text, stream)
+        prepared.task = asyncio.get_running_loop().create_task(
+            self._first_clause(prepared), name="reply-prepare")
+        self._prepared = prepared
+        self.replies_prepared += 1
+
+    async def _first_clause(self, prepared: PreparedReply) -> None:
+        try:
+            prepared.first = await anext(aiter(prepared.clauses))
+        except StopAsyncIteration:
+            return
+        prepared.first_at = time.monotonic()
+        prepared.prerender = self.conversation.speaker.prerender(prepared.first, self.voice)
+
+    def _discard(self, prepared: PreparedReply) -> None:
+        task = asyncio.get_running_loop().create_task(prepared.discard(), name="reply-discard")
+        self._discarding.add(task)
+        task.add_done_callback(self._discarding.discard)
+
+    # -- the reply ---------------------------------------------------------------------------
+    def _answer(self, turn: Turn, prepared: PreparedReply | None = None) -> None:
         if self._reply is not None and not self._reply.done():
             self._reply.cancel()
-        self._reply = asyncio.get_running_loop().create_task(self._reply_to(turn))
+        self._reply = asyncio.get_running_loop().create_task(self._reply_to(turn, prepared))
 
-    async def _reply_to(self, turn: Turn) -> None:
-        stream = stream_clauses(self.agent.reply(turn.text, list(self.history)))
+    def _say(self, turn: Turn, clause: str, prerendered: Prerender | None = None) -> None:
+        if turn.first_text_at is None:
+            turn.first_text_at = time.monotonic()
+        turn.reply.append(clause)
+        try:
+            utterance = self.conversation.say(clause, self.voice, prerendered=prerendered)
+        except SpeechQueueFull:
+            if prerendered is not None:
+                prerendered.cancel()
+            return
+        turn.utterances.append(utterance)
+        self.events.publish("reply", text=clause, utterance=utterance.id, turn=turn.number)
+
+    async def _reply_to(self, turn: Turn, prepared: PreparedReply | None = None) -> None:
+        if prepared is None:
+            stream = stream_clauses(self.agent.reply(turn.text, list(self.history)))
+        else:
+            stream = prepared.clauses
         try:
             async with contextlib.aclosing(stream) as clauses:
+                if prepared is not None and prepared.task is not None:
+                    await prepared.task  # the first clause (an AgentError is the agent's)
+                    turn.prepared = True
+                    self.replies_prepared_used += 1
+                    if prepared.first is not None:
+                        self._say(turn, prepared.first, prepared.take_prerender())
                 async for clause in clauses:
-                    if turn.first_text_at is None:
-                        turn.first_text_at = time.monotonic()
-                    turn.reply.append(clause)
-                    try:
-                        utterance = self.conversation.say(clause, self.voice)
-                    except SpeechQueueFull:
-                        continue
-                    turn.utterances.append(utterance)
-                    self.events.publish("reply", text=clause, utterance=utterance.id,
-                                        turn=turn.number)
+                    self._say(turn, clause)
         except AgentError as exc:
             turn.error = str(exc)
             self.events.publish("error", code="agent_failed", message=str(exc),
                                 turn=turn.number)
             return
+        finally:
+            if prepared is not None:
+                prerender = prepared.take_prerender()  # cut before it was said
+                if prerender is not None:
+                    prerender.cancel()
         turn.replied_at = time.monotonic()
         self.history.record(turn.text, " ".join(turn.reply))
         self.events.publish("reply_done", turn=turn.number, text=" ".join(turn.reply),
@@ -256,6 +365,10 @@ class Duplex:
 
     async def close(self) -> None:
         self._closed = True
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            await prepared.discard()
+        await asyncio.gather(*self._discarding)
         for task in (self._reply, self._task):
             if task is not None:
                 task.cancel()
@@ -267,7 +380,12 @@ class Duplex:
 
     def state(self) -> dict[str, Any]:
         return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
+                "replies_prepared": self.replies_prepared,
+                "replies_prepared_used": self.replies_prepared_used,
                 **self.listener.stats(), "turns": [t.as_json() for t in self.turns]}
+
+
+POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +400,8 @@ class HearingOptions:
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off)
     asr_speculate_ms: int = 200
+    #: prepare the reply (agent, first clause's synthesis) on the speculative transcript
+    preemptive_reply: bool = True
 
 
 class DuplexFactory:
@@ -306,12 +426,17 @@ class DuplexFactory:
         from gateway.listen.turns import TurnOptions
         from gateway.listen.vad import build_vad
 
+        # The speculation decodes the segment as it would end, post-speech pad included: a
+        # speculation sooner than the default 200 ms pad comes with a pad that short.
+        speculate = self.options.asr_speculate_ms
         turns = TurnOptions(stop_ms=self.options.turn_silence_ms,
-                            barge_in_ms=self.options.barge_in_ms)
+                            barge_in_ms=self.options.barge_in_ms,
+                            post_speech_ms=min(POST_SPEECH_MS, speculate or POST_SPEECH_MS))
         listener = Listener(self.recognizer, vad=build_vad(self.options.vad), turns=turns,
                             partials=self.options.partials,
                             speculate_ms=self.options.asr_speculate_ms or None)
-        return Duplex(conversation, listener, self.agent, self.voice)
+        return Duplex(conversation, listener, self.agent, self.voice,
+                      preempt=self.options.preemptive_reply)
 
     async def close(self) -> None:
         await self.recognizer.close()

@@ -13,7 +13,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 from gateway.media.fanout import FrameFanout
 from gateway.media.framer import Framer, SampleAligner
@@ -24,6 +25,7 @@ from gateway.runtime.metrics import METRICS
 from gateway.runtime.worker_pool import WorkerPool, encoder_pool
 from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
 from gateway.speech.phrase_cache import PhraseCache
+from gateway.speech.prerender import Prerender
 from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
 from gateway.tts.base import SynthesisError, Synthesizer, open_stream
 
@@ -42,6 +44,13 @@ __all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Uttera
 
 class SpeechQueueFull(Exception):
     pass
+
+
+class _Progress(Protocol):
+    """What rendering stamps: an utterance, or a prerender."""
+
+    first_pcm_at: float | None
+    frames_encoded: int
 
 
 class Speaker:
@@ -70,6 +79,7 @@ class Speaker:
         self._recordings: dict[Utterance, tuple[PhraseKey, PhraseRecorder]] = {}
         self.max_pending = max_pending
         self._pending: deque[tuple[Utterance, Synthesizer]] = deque()
+        self._prerendered: dict[Utterance, Prerender] = {}  # say(..., prerendered=...)
         self._wakeup = asyncio.Event()
         self.idle = asyncio.Event()  # set while nothing is being produced or pending
         self.idle.set()
@@ -93,8 +103,11 @@ class Speaker:
         interrupt: bool = False,
         instructions: str | None = None,
         requested_at: float | None = None,
+        prerendered: Prerender | None = None,
     ) -> Utterance:
-        """``requested_at``: time.monotonic() when the request for it arrived (timelines)."""
+        """``requested_at``: time.monotonic() when the request for it arrived (timelines).
+        ``prerendered``: this text already rendered (``prerender``): its frames are played
+        (the speaker owns it from here: it is cancelled if the utterance is cut)."""
         self.start()  # the producer task exists once there is something to say
         if interrupt:
             self.interrupt()
@@ -108,6 +121,8 @@ class Speaker:
             self.observer(utterance, utterance.state)
         self._remember(utterance)
         self._pending.append((utterance, voice))
+        if prerendered is not None:
+            self._prerendered[utterance] = prerendered
         self.idle.clear()
         self._wakeup.set()
         return utterance
@@ -117,6 +132,9 @@ class Speaker:
         cut = 0
         while self._pending:
             utterance, _ = self._pending.popleft()
+            prerendered = self._prerendered.pop(utterance, None)
+            if prerendered is not None:
+                prerendered.cancel()
             self._finish(utterance, UtteranceState.INTERRUPTED)
             cut += 1
         if self._current_task is not None and not self._current_task.done():
@@ -136,6 +154,37 @@ class Speaker:
     def get(self, utterance_id: str) -> Utterance | None:
         return self._by_id.get(utterance_id)
 
+    def prerender(self, text: str, voice: Synthesizer,
+                  instructions: str | None = None) -> Prerender:
+        """Start rendering ``text`` now, to be played by a later ``say(...,
+        prerendered=...)`` (or cancelled). A phrase cache hit is ready at once."""
+        prerender = Prerender(text, voice.name, instructions)
+        if self.cache is not None:
+            phrase = self.cache.get(self._cache_key(voice, text, instructions))
+            if phrase is not None:
+                prerender.cached = True
+                prerender.payloads = list(phrase.frames)
+                prerender.finish()
+                return prerender
+        prerender.task = asyncio.create_task(self._prerender(prerender, voice),
+                                             name="prerender")
+        return prerender
+
+    async def _prerender(self, prerender: Prerender, voice: Synthesizer) -> None:
+        encoder = OpusFrameEncoder(self.settings) if self.encode else None
+        if encoder is not None:
+            self.encoders_created += 1
+        rendered = self._render(prerender, voice, prerender.text, prerender.instructions,
+                                encoder)
+        try:
+            async with contextlib.aclosing(rendered) as payloads:
+                async for payload in payloads:
+                    await prerender.add(payload)
+        except SynthesisError as exc:
+            prerender.finish(str(exc))
+            return
+        prerender.finish()
+
     async def wait_played(self) -> None:
         """Until nothing is pending or produced and the last utterance has finished playing."""
         await self.idle.wait()
@@ -152,6 +201,9 @@ class Speaker:
 
     async def close(self) -> None:
         self.interrupt()
+        for prerendered in self._prerendered.values():
+            prerendered.cancel()
+        self._prerendered.clear()
         for task in (self._current_task, self._task):
             if task is not None:
                 task.cancel()
@@ -210,17 +262,29 @@ class Speaker:
             if utterance.total_frames is None:  # cancelled before synthesis ended
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
+    def _cache_key(self, voice: Synthesizer, text: str, instructions: str | None) -> PhraseKey:
+        assert self.cache is not None
+        voice_key = voice.name
+        if instructions and getattr(voice, "takes_instructions", False):
+            voice_key = f"{voice.name}\0{instructions}"  # another rendering
+        return self.cache.key(voice_key, text, self.settings)
+
     async def _produce(self, utterance: Utterance, voice: Synthesizer) -> None:
         logs.bind(utterance=utterance.id)  # this task's log lines name their utterance
         utterance.started_at = time.monotonic()
         utterance.set_state(UtteranceState.SYNTHESIZING)
+        prerendered = self._prerendered.pop(utterance, None)
+        if prerendered is not None:
+            try:
+                if prerendered.matches(utterance.text, voice.name, utterance.instructions):
+                    await self._play_prerendered(utterance, prerendered)
+                    return
+            finally:
+                prerendered.cancel()
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
         if self.cache is not None:
-            voice_key = voice.name
-            if utterance.instructions and getattr(voice, "takes_instructions", False):
-                voice_key = f"{voice.name}\0{utterance.instructions}"  # another rendering
-            key = self.cache.key(voice_key, utterance.text, self.settings)
+            key = self._cache_key(voice, utterance.text, utterance.instructions)
             phrase = self.cache.get(key)
             if phrase is not None:
                 await self._replay(utterance, phrase)
@@ -233,33 +297,67 @@ class Speaker:
         if self.encode:
             encoder = OpusFrameEncoder(self.settings)
             self.encoders_created += 1
-        aligner = SampleAligner()
-        framer = Framer(FRAME_SAMPLES)
-        resampler = RateFollower()
         index = 0
-        started = time.monotonic()
+        rendered = self._render(utterance, voice, utterance.text, utterance.instructions,
+                                encoder)
         try:
-            stream = open_stream(voice, utterance.text, utterance.instructions)
-            async with contextlib.aclosing(stream) as chunks:
-                async for chunk in chunks:
-                    if utterance.first_pcm_at is None:
-                        utterance.first_pcm_at = time.monotonic()
-                        METRICS.tts_first_chunk.labels(type(voice).__name__).observe(
-                            utterance.first_pcm_at - started
-                        )
-                    samples = resampler.push(aligner.push(chunk.data), chunk.sample_rate)
-                    frames = framer.push(samples)
-                    index = await self._emit(utterance, encoder, frames, index, recorder)
+            async with contextlib.aclosing(rendered) as payloads:
+                async for payload in payloads:
+                    if recorder is not None:
+                        recorder.add(payload)
+                    await self._put(utterance, payload, index)
+                    index += 1
         except SynthesisError as exc:
             log.warning("utterance %s: %s", utterance.id, exc)
             self._finish(utterance, UtteranceState.FAILED, str(exc))
             return
-        tail = resampler.flush()
-        frames = framer.push(tail) if tail.size else []
-        index = await self._emit(utterance, encoder, frames + framer.flush(), index, recorder)
         if key is not None and recorder is not None:
             self._recordings[utterance] = (key, recorder)
         self._all_queued(utterance, index)
+
+    async def _play_prerendered(self, utterance: Utterance, prerendered: Prerender) -> None:
+        """Frames rendered before the ``say``: queued as they are (or as they come)."""
+        utterance.cached = prerendered.cached
+        utterance.started_at = min(utterance.started_at or prerendered.started_at,
+                                   prerendered.started_at)
+        index = 0
+        try:
+            async for payload in prerendered.frames():
+                if utterance.first_pcm_at is None:
+                    utterance.first_pcm_at = prerendered.first_pcm_at
+                await self._put(utterance, payload, index)
+                index += 1
+        except SynthesisError as exc:
+            log.warning("utterance %s: %s", utterance.id, exc)
+            self._finish(utterance, UtteranceState.FAILED, str(exc))
+            return
+        utterance.frames_encoded = prerendered.frames_encoded
+        self._all_queued(utterance, index)
+
+    async def _render(self, progress: _Progress, voice: Synthesizer, text: str,
+                      instructions: str | None,
+                      encoder: OpusFrameEncoder | None) -> AsyncIterator[bytes]:
+        """text -> the voice's PCM (any rate) -> 24 kHz 20 ms frames -> Opus payloads (the
+        PCM frames themselves without an encoder), in order; raises ``SynthesisError``."""
+        aligner = SampleAligner()
+        framer = Framer(FRAME_SAMPLES)
+        resampler = RateFollower()
+        started = time.monotonic()
+        stream = open_stream(voice, text, instructions)
+        async with contextlib.aclosing(stream) as chunks:
+            async for chunk in chunks:
+                if progress.first_pcm_at is None:
+                    progress.first_pcm_at = time.monotonic()
+                    METRICS.tts_first_chunk.labels(type(voice).__name__).observe(
+                        progress.first_pcm_at - started
+                    )
+                samples = resampler.push(aligner.push(chunk.data), chunk.sample_rate)
+                async for payload in self._encode(progress, encoder, framer.push(samples)):
+                    yield payload
+        tail = resampler.flush()
+        frames = framer.push(tail) if tail.size else []
+        async for payload in self._encode(progress, encoder, frames + framer.flush()):
+            yield payload
 
     async def _replay(self, utterance: Utterance, phrase: CachedPhrase) -> None:
         """A phrase cache hit: its packets go straight to the queue, still paced by it."""
@@ -275,15 +373,13 @@ class Speaker:
     def _all_queued(utterance: Utterance, count: int) -> None:
         utterance.all_queued(count)  # DONE once every sink has sent what it got
 
-    async def _emit(
+    async def _encode(
         self,
-        utterance: Utterance,
+        progress: _Progress,
         encoder: OpusFrameEncoder | None,
         pcm_frames: list[bytes],
-        index: int,
-        recorder: PhraseRecorder | None,
-    ) -> int:
-        """Encode frames and queue them; returns the next index.
+    ) -> AsyncIterator[bytes]:
+        """Encode frames, each yielded (to be queued) before the next batch is encoded.
 
         A 24 kHz hybrid Opus frame costs ≈0.3 ms of CPU at complexity 9: on the loop thread that
         would delay every stream's pacing, so frames are encoded on the encoder pool in batches
@@ -296,14 +392,13 @@ class Speaker:
         """
         if encoder is None:  # PCM out: the frames themselves
             for pcm in pcm_frames:
-                await self._put(utterance, pcm, index)
-                index += 1
-            return index
+                yield pcm
+            return
         done = 0
         while done < len(pcm_frames):
-            if utterance.frames_encoded < LOOP_FRAMES:
+            if progress.frames_encoded < LOOP_FRAMES:
                 # the first alone (queued before the next is encoded), then the rest of them
-                encoded = utterance.frames_encoded
+                encoded = progress.frames_encoded
                 room = 1 if encoded == 0 else LOOP_FRAMES - encoded
                 batch = pcm_frames[done : done + room]
                 payloads = encoder.encode_many(batch)
@@ -312,12 +407,8 @@ class Speaker:
                 payloads = await self.pool.run(encoder.encode_many, batch)
             done += len(batch)
             for payload in payloads:
-                utterance.frames_encoded += 1
-                if recorder is not None:
-                    recorder.add(payload)
-                await self._put(utterance, payload, index)
-                index += 1
-        return index
+                progress.frames_encoded += 1
+                yield payload
 
     async def _put(self, utterance: Utterance, payload: bytes, index: int) -> None:
         if utterance.first_frame_queued_at is None:  # handed over (a sink may send it at once)

@@ -12,8 +12,13 @@ import numpy as np
 import pytest
 
 from gateway.listen.asr import Transcript
-from gateway.listen.listener import FinalTranscript, Listener, SegmentSkipped
-from gateway.listen.turns import SpeechStarted, SpeechStopped, TurnOptions
+from gateway.listen.listener import (
+    FinalTranscript,
+    Listener,
+    SegmentSkipped,
+    TentativeTranscript,
+)
+from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOptions
 
 FRAME = 320
 
@@ -204,4 +209,62 @@ async def test_a_speculative_decode_that_fails_is_reported_as_the_turns_failure(
     failed = await asyncio.wait_for(next_event(listener.events(), TranscriptionFailed), 1.0)
     assert isinstance(failed, TranscriptionFailed) and "server down" in str(failed.error)
     assert len(rec.calls) == 1  # the speculation's failure, not a second try
+    await listener.close()
+
+
+
+async def until_final(listener: Listener) -> list[object]:
+    """The events in the order they were queued, up to and with the final transcript."""
+    seen = []
+    async for event in listener.events():
+        if not isinstance(event, BargeIn):  # (300 ms voiced: said whatever the rest)
+            seen.append(event)
+        if isinstance(event, FinalTranscript):
+            break
+    return seen
+
+
+async def test_a_speculation_decoded_before_the_turn_ends_is_announced_tentative():
+    rec = HeldRecognizer()
+    listener = Listener(rec, vad=LoudIsSpeech(), turns=options(), partials=False,
+                        speculate_ms=200)
+    await push_all(listener, rec, quiet(5) + speech(50) + quiet(10), [])
+    rec.calls[0].release.set()
+    await push_all(listener, rec, quiet(15), [])  # decoded, then the turn ends
+    events = await asyncio.wait_for(until_final(listener), 1.0)
+    assert [type(e).__name__ for e in events] == [
+        "SpeechStarted", "TentativeTranscript", "SpeechStopped", "FinalTranscript"]
+    tentative, final = events[1], events[3]
+    assert isinstance(tentative, TentativeTranscript) and isinstance(final, FinalTranscript)
+    assert (tentative.turn, tentative.text) == (final.turn, final.text) == (1, "call 1")
+    assert final.speculative
+    await listener.close()
+
+
+async def test_no_tentative_for_a_speculation_the_user_talked_over():
+    rec = HeldRecognizer()
+    listener = Listener(rec, vad=LoudIsSpeech(), turns=options(), partials=False,
+                        speculate_ms=200)
+    await push_all(listener, rec, quiet(5) + speech(40) + quiet(15), [])
+    await push_all(listener, rec, speech(30), [])  # the user goes on: call 1 dropped
+    rec.calls[0].release.set()
+    await push_all(listener, rec, quiet(10), [])
+    rec.calls[1].release.set()
+    await push_all(listener, rec, quiet(20), [])
+    events = await asyncio.wait_for(until_final(listener), 1.0)
+    tentatives = [e.text for e in events if isinstance(e, TentativeTranscript)]
+    assert rec.calls[0].cancelled and tentatives == ["call 2"]
+    assert events[-1].text == "call 2"
+    await listener.close()
+
+
+async def test_a_speculation_decoded_after_the_turn_ended_is_not_tentative():
+    rec = HeldRecognizer()
+    listener = Listener(rec, vad=LoudIsSpeech(), turns=options(), partials=False,
+                        speculate_ms=200)
+    await push_all(listener, rec, quiet(5) + speech(50) + quiet(30), [])  # the turn ends
+    rec.calls[0].release.set()
+    events = await asyncio.wait_for(until_final(listener), 1.0)
+    assert [type(e).__name__ for e in events] == [
+        "SpeechStarted", "SpeechStopped", "FinalTranscript"]
     await listener.close()
