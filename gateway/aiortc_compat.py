@@ -60,10 +60,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import ipaddress
 import logging
 import random
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -727,7 +727,7 @@ def tolerate_late_consent(pc: RTCPeerConnection) -> int:
             _require(connection, attr)
         if "query_consent" in vars(connection):
             continue
-        connection.query_consent = functools.partial(_query_consent, connection)
+        connection.query_consent = _ConsentQuery(connection)
         changed += 1
     return changed
 
@@ -770,6 +770,21 @@ class _ConsentCheck:
         if (not self.answer.done() and message.message_class == aioice.stun.Class.RESPONSE
                 and message.check_message_integrity(self.key)):
             self.answer.set_result(None)
+
+
+class _ConsentQuery:
+    """``connection.query_consent`` for one connection, holding it weakly: a bound method or a
+    partial stored on the instance is a reference cycle, and a closed session must be freed
+    by reference counting, not left for the cyclic collector (tests/test_gc_churn.py)."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = weakref.ref(connection)
+
+    def __call__(self) -> Awaitable[None]:
+        connection = self._connection()
+        return asyncio.sleep(0) if connection is None else _query_consent(connection)
 
 
 async def _query_consent(connection: Any) -> None:

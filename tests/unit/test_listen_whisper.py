@@ -60,7 +60,7 @@ async def test_transcribes_an_espeak_question_word_for_word(recognizer, question
     assert words(transcript.text) == words(question)
     assert not transcript.looped
     assert transcript.audio_seconds == pytest.approx(len(spoken(question)) / 16000)
-    assert transcript.latency > 0  # how long is a benchmark's question (make bench-duplex)
+    assert transcript.latency > 0  # its duration is measured by make bench-duplex, not here
 
 
 @needs_espeak
