@@ -7,26 +7,28 @@ waking the producer task for every 20 ms frame costs a task switch per packet pe
 stream, which at hundreds of streams was a tenth of the gateway's CPU (bench/load.py profile).
 ``clear`` empties it at once (barge-in).
 
-Frames are kept as their fields in three deques, not as ``EncodedFrame`` objects: a frame waits
-here up to a second, long enough to be promoted to the collector's old generation, and hundreds of
-streams' worth of such objects made CPython's full collections pause every stream (bench/load.py,
-``gc`` in /healthz). Bytes and ints are not tracked by the collector; the owner is one shared
-object per utterance.
+Frames are kept as their payloads in one deque and their owners run-length encoded (a run:
+owner, first index, count -- one per utterance and sink, as frames arrive in order), not as
+``EncodedFrame`` objects: a frame waits here up to a second, long enough to be promoted to the
+collector's old generation, and hundreds of streams' worth of such objects made CPython's full
+collections pause every stream (bench/load.py, ``gc`` in /healthz). Bytes are not tracked by the
+collector; a run is one small list per utterance. ``pop_run`` takes a run's frames at once (a
+live HTTP write), with no per-frame bookkeeping.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
-    __slots__ = ("_indexes", "_owners", "_payloads", "_reader", "_space", "high_water",
-                 "low_water", "maxsize", "on_wake", "producer_waits")
+    __slots__ = ("_payloads", "_reader", "_runs", "_space", "high_water", "low_water", "maxsize",
+                 "on_wake", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -37,8 +39,8 @@ class FrameQueue:
         self.maxsize = maxsize
         self.low_water = low
         self._payloads: deque[bytes] = deque()
-        self._owners: deque[FrameOwner | None] = deque()
-        self._indexes: deque[int] = deque()
+        # [owner, index of the run's next frame, frames left in the run], oldest first
+        self._runs: deque[list[Any]] = deque()
         self._space = asyncio.Event()
         self._space.set()
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
@@ -93,8 +95,12 @@ class FrameQueue:
             return 0
         was_empty = not self._payloads
         self._payloads.extend(payloads[done : done + room])
-        self._owners.extend(itertools.repeat(owner, room))
-        self._indexes.extend(range(index_base + done, index_base + done + room))
+        runs, first = self._runs, index_base + done
+        last = runs[-1] if runs else None
+        if last is not None and last[0] is owner and last[1] + last[2] == first:
+            last[2] += room  # the same run goes on
+        else:
+            runs.append([owner, first, room])
         if len(self._payloads) > self.high_water:
             self.high_water = len(self._payloads)
         reader = self._reader
@@ -123,37 +129,48 @@ class FrameQueue:
         payloads = self._payloads
         if not payloads:
             return None
-        fields = (payloads.popleft(), self._owners.popleft(), self._indexes.popleft())
+        run = self._runs[0]
+        owner, index = run[0], run[1]
+        if run[2] == 1:
+            self._runs.popleft()
+        else:
+            run[1] = index + 1
+            run[2] -= 1
+        payload = payloads.popleft()
         if len(payloads) <= self.low_water and not self._space.is_set():
             self._space.set()
-        return fields
+        return payload, owner, index
 
     def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
         """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
         when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
-        payloads, owners = self._payloads, self._owners
+        payloads = self._payloads
         if not payloads or limit <= 0:
             return None
-        owner, first = owners[0], self._indexes[0]
-        count = min(limit, len(payloads))
-        run = 1
-        while run < count and owners[run] is owner:
-            run += 1
-        popleft, pop_owner, pop_index = payloads.popleft, owners.popleft, self._indexes.popleft
-        out = [popleft() for _ in range(run)]
-        for _ in range(run):
-            pop_owner()
-            pop_index()
+        run = self._runs[0]
+        owner, first, left = run
+        if limit >= left:
+            count = left
+            self._runs.popleft()
+        else:
+            count = limit
+            run[1] = first + count
+            run[2] = left - count
+        popleft = payloads.popleft
+        out = [popleft() for _ in range(count)]
         if len(payloads) <= self.low_water and not self._space.is_set():
             self._space.set()
         return out, owner, first
 
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
-        fields = zip(self._payloads, self._owners, self._indexes, strict=True)
-        dropped = [EncodedFrame(*f) for f in fields]
+        payloads = iter(self._payloads)
+        dropped = [
+            EncodedFrame(next(payloads), owner, first + k)
+            for owner, first, count in self._runs
+            for k in range(count)
+        ]
         self._payloads.clear()
-        self._owners.clear()
-        self._indexes.clear()
+        self._runs.clear()
         self._space.set()
         return dropped
