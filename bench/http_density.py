@@ -68,10 +68,8 @@ def gateway_cmd(port: int, wav: Path, cache_dir: Path, args: argparse.Namespace,
 
 def probe_cmd(port: int, wav: Path, cache_dir: Path, args: argparse.Namespace,
               cadence_ms: float) -> list[str]:
-    """The gateway with a coarser live write cadence (bench/http_cadence_probe.py)."""
-    cmd = gateway_cmd(port, wav, cache_dir, args)
-    return ["env", f"BENCH_LIVE_WRITE_MS={cadence_ms:g}", cmd[0], "-m",
-            "bench.http_cadence_probe", *cmd[3:]]
+    """The gateway with another live write cadence (``--live-write-ms``)."""
+    return [*gateway_cmd(port, wav, cache_dir, args), "--live-write-ms", f"{cadence_ms:g}"]
 
 
 def baseline_cmd(port: int, cache_dir: Path, args: argparse.Namespace) -> list[str]:

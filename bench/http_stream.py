@@ -34,8 +34,8 @@ Phases (bench/results/http_stream.json, a table on stdout, bench/results/http_st
 - ``flush``: the density load on a gateway started with ``--http-flush frame`` (every frame its
   own write) next to the default ``--http-flush adaptive`` (the density phase's run).
 
-``--cadence-probe 60,100`` adds runs at the largest N of the gateway with live frames written
-every 60 / 100 ms instead of every 20 (an experiment: bench/http_cadence_probe.py).
+``--cadence-probe 60,150`` adds runs at the largest N of the gateway with live frames written
+every 60 / 150 ms (``--live-write-ms``) instead of the default cadence.
 ``--profile`` adds a py-spy recording of the gateway (adaptive) under the same load, taken in
 a separate run so it does not disturb the measured one (collapsed stacks next to the JSON,
 the top functions in it). ``--nice -5`` (as root) favours this bench's process tree over
@@ -128,8 +128,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "server's core")
     p.add_argument("--profile", action="store_true", help="py-spy the gateway in an extra run")
     p.add_argument("--cadence-probe", default="", metavar="MS,MS",
-                   help="extra runs at the largest N of the gateway with a coarser live write "
-                   "cadence (bench/http_cadence_probe.py), e.g. 60,100")
+                   help="extra runs at the largest N of the gateway with another live write "
+                   "cadence (--live-write-ms), e.g. 60,150")
     p.add_argument("--nice", type=int, default=0,
                    help="niceness for this bench and every process it starts (negative, as "
                    "root: favour them over other work on a shared machine)")
