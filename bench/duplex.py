@@ -22,7 +22,11 @@ question need not wait for it to be spoken out; a random 0.4-0.9 s pause follows
 Configurations: ``echo`` (the echo agent), ``chat`` (the OpenAI-compatible chat stand-in, in
 this process, ``--chat-delay-ms`` before its first token, subtracted in the "minus LLM" column),
 ``echo-fast`` (echo with ``--turn-silence-ms 300``), ``echo-nospec`` (echo with
-``--asr-speculate-ms 0``: the final decode starts only when the turn has ended). The phrase
+``--asr-speculate-ms 0``: the final decode starts only when the turn has ended), ``echo-nopre``
+(``--no-preemptive-reply``: agent and synthesis only once the turn has ended), ``echo-s200``
+(the speculation and the post-speech pad at 200 ms) and ``echo-before`` (both: the defaults
+before 2026-12-01). With the preemptive reply the chat stand-in's delay is mostly hidden in
+the endpointing wait, so "minus LLM" then subtracts a delay that was not on the path. The phrase
 cache is off unless ``--phrase-cache``: every reply clause is synthesized ("You said:" and
 "Sure!" would otherwise be cache hits from the second turn on). WER: every final transcript
 against its question (case and punctuation normalised).
@@ -90,9 +94,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "echo-nospec": {"agent": "echo", "extra": ["--asr-speculate-ms", "0"]},
     # what the preemptive reply buys: agent and TTS only once the turn has ended
     "echo-nopre": {"agent": "echo", "extra": ["--no-preemptive-reply"]},
-    # the speculation (and the segment's post-speech pad) at 200 ms, as before
+    # the speculation (and the segment's post-speech pad) at 200 ms, as before 2026-12-01
     "echo-s200": {"agent": "echo", "extra": ["--asr-speculate-ms", "200"]},
-    "echo-s100": {"agent": "echo", "extra": ["--asr-speculate-ms", "100"]},
+    # the defaults before 2026-12-01: speculation at 200 ms, no preemptive reply
+    "echo-before": {"agent": "echo",
+                    "extra": ["--asr-speculate-ms", "200", "--no-preemptive-reply"]},
 }
 
 

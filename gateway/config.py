@@ -66,7 +66,7 @@ class GatewayConfig:
     vad: str = "silero"
     turn_silence_ms: int = 500
     barge_in_ms: int = 300
-    asr_speculate_ms: int = 200  # start the final decode after this much silence (0: off)
+    asr_speculate_ms: int = 100  # start the final decode after this much silence (0: off)
     preemptive_reply: bool = True  # prepare the reply on the speculative transcript
     reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
     red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)

@@ -398,8 +398,9 @@ class HearingOptions:
     turn_silence_ms: int = 500
     barge_in_ms: int = 300
     partials: bool = True
-    #: start the final decode after this much silence, before the turn ends (0: off)
-    asr_speculate_ms: int = 200
+    #: start the final decode after this much silence, before the turn ends (0: off); the
+    #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
+    asr_speculate_ms: int = 100
     #: prepare the reply (agent, first clause's synthesis) on the speculative transcript
     preemptive_reply: bool = True
 
