@@ -22,6 +22,7 @@ copy of the gateway's event loop, sockets or threads).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import signal
@@ -35,6 +36,16 @@ from gateway.listen.whisper_engine import DecodeResult, Superseded, WhisperEngin
 
 START_TIMEOUT_S = 120.0  # spawn, import faster-whisper, load and warm the model
 STOP_TIMEOUT_S = 2.0
+
+
+def _place(options: WhisperOptions) -> WhisperOptions:
+    """The child's CPUs (``cpus``: e.g. the cores the event loop is not pinned to), before
+    CTranslate2 starts its threads (they inherit them); no more decoding threads than CPUs."""
+    if not options.cpus or not hasattr(os, "sched_setaffinity"):
+        return options
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, set(options.cpus))
+    return dataclasses.replace(options, cpu_threads=min(options.cpu_threads, len(options.cpus)))
 
 
 def _lower_priority(options: WhisperOptions) -> None:
@@ -54,6 +65,7 @@ def serve(conn: Connection, options: WhisperOptions, finals_waiting: Any) -> Non
     # supervisor's SIGTERM to the process group are the parent's to handle.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    options = _place(options)
     _lower_priority(options)
     engine = WhisperEngine(options, final_waiting=lambda: finals_waiting.value > 0)
     try:

@@ -66,3 +66,32 @@ def test_output_tokens_are_capped_by_the_audio_length():
     opts = WhisperOptions()
     assert opts.max_new_tokens(2.0) == 28
     assert opts.max_new_tokens(60.0) == 220
+
+
+def test_the_decoding_processes_cpus_are_part_of_the_spec():
+    assert parse_recognizer_spec("whisper?cpus=1").cpus == (1,)
+    assert parse_recognizer_spec("whisper:tiny.en?cpus=1,2&threads=2").cpus == (1, 2)
+    assert parse_recognizer_spec("whisper").cpus == ()
+    with pytest.raises(ValueError):
+        parse_recognizer_spec("whisper?cpus=one")
+
+
+def test_a_child_placed_on_fewer_cpus_decodes_on_no_more_threads_than_it_has():
+    import os
+    import threading
+
+    from gateway.listen.whisper_engine import WhisperOptions
+    from gateway.listen.whisper_process import _place
+
+    cpu = min(os.sched_getaffinity(0))
+    seen = {}
+
+    def child() -> None:  # a thread of its own: the affinity set is the calling thread's
+        seen["options"] = _place(WhisperOptions(cpu_threads=2, cpus=(cpu,)))
+        seen["affinity"] = os.sched_getaffinity(0)
+
+    thread = threading.Thread(target=child)
+    thread.start()
+    thread.join()
+    assert seen["affinity"] == {cpu} and seen["options"].cpu_threads == 1
+    assert _place(WhisperOptions(cpu_threads=2)).cpu_threads == 2  # no cpus: left alone
