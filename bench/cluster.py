@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -50,8 +49,8 @@ from bench.loadgen import (
     LONG_TEXT,
     ON_TIME_S,
     LoadSession,
-    Recorder,
     bounded,
+    recorded_window,
     wait_speaking,
     window_summary,
 )
@@ -176,24 +175,14 @@ async def connect_probe(url: str, http: aiohttp.ClientSession, n: int) -> dict[s
 
 async def measure(sessions: list[ClusterSession], pids: dict[str, int], seconds: float,
                   ports: dict[int, str]) -> dict[str, Any]:
-    for s in sessions:
-        s.stream.reset()
-    me = os.getpid()
-    before = {name: procstats.cpu_sample(pid) for name, pid in pids.items()}
-    gen0 = procstats.cpu_sample(me)
-    cores0 = procstats.core_times()
-    rt_minus_mono = time.time() - time.monotonic()
-    t0 = time.monotonic()
-    Recorder.on = True
-    await asyncio.sleep(seconds)
-    Recorder.on = False
-    t1 = time.monotonic()
-    after = {name: procstats.cpu_sample(pid) for name, pid in pids.items()}
-    gen1 = procstats.cpu_sample(me)
-    out = window_summary(sessions, t1 - t0, rt_minus_mono)
+    window = await recorded_window(sessions, list(pids.values()), seconds)
+    t0, t1, rt_minus_mono = window.t0, window.t1, window.rt_minus_mono
+    before = {name: window.before[pid] for name, pid in pids.items()}
+    after = {name: window.after[pid] for name, pid in pids.items()}
+    out = window.summary
     out["seconds"] = round(t1 - t0, 3)
-    out["loadgen_cpu_pct"] = round(procstats.cpu_percent(gen0, gen1), 1)
-    out["core_busy_pct"] = procstats.core_busy_percent(cores0, procstats.core_times())
+    out["loadgen_cpu_pct"] = window.loadgen_cpu_pct
+    out["core_busy_pct"] = window.core_busy_pct
     per_worker: dict[str, Any] = {}
     for name in pids:
         mine = [s for s in sessions if ports.get(s.worker_port or -1) == name]

@@ -37,7 +37,8 @@ import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -369,28 +370,59 @@ def start_profiler(pid: int, seconds: float, out: str) -> subprocess.Popen[bytes
         )
 
 
-async def measure_window(
-    sessions: list[LoadSession], server_pid: int, seconds: float, profile: str | None = None
-) -> tuple[dict[str, Any], float, float]:
+@dataclass
+class RecordedWindow:
+    """A measured window: the streams' summary and CPU samples around it."""
+
+    summary: dict[str, Any]
+    t0: float
+    t1: float
+    before: dict[int, procstats.CpuSample]  # per watched pid
+    after: dict[int, procstats.CpuSample]
+    loadgen_cpu_pct: float
+    core_busy_pct: dict[str, float]
+    rt_minus_mono: float  # time.time() - time.monotonic() at the start
+
+    def cpu_s(self, pid: int) -> float:
+        return self.after[pid].cpu_s - self.before[pid].cpu_s
+
+
+async def recorded_window(
+    sessions: Sequence[LoadSession], pids: Sequence[int], seconds: float
+) -> RecordedWindow:
+    """Record ``seconds`` of the sessions' packets, sampling ``pids``' CPU (and ours, and every
+    core's) at both ends."""
     for s in sessions:
         s.stream.reset()
-    profiler = start_profiler(server_pid, seconds, profile) if profile else None
     me = os.getpid()
-    srv0, gen0 = procstats.cpu_sample(server_pid), procstats.cpu_sample(me)
-    cores0 = procstats.core_times()
+    before = {pid: procstats.cpu_sample(pid) for pid in pids}
+    gen0, cores0 = procstats.cpu_sample(me), procstats.core_times()
     rt_minus_mono = time.time() - time.monotonic()
     t0 = time.monotonic()
     Recorder.on = True
     await asyncio.sleep(seconds)
     Recorder.on = False
     t1 = time.monotonic()
-    srv1, gen1 = procstats.cpu_sample(server_pid), procstats.cpu_sample(me)
-    cores = procstats.core_busy_percent(cores0, procstats.core_times())
-    summary = window_summary(sessions, t1 - t0, rt_minus_mono)
+    after = {pid: procstats.cpu_sample(pid) for pid in pids}
+    gen1 = procstats.cpu_sample(me)
+    return RecordedWindow(
+        window_summary(list(sessions), t1 - t0, rt_minus_mono), t0, t1, before, after,
+        round(procstats.cpu_percent(gen0, gen1), 1),
+        procstats.core_busy_percent(cores0, procstats.core_times()), rt_minus_mono,
+    )
+
+
+async def measure_window(
+    sessions: list[LoadSession], server_pid: int, seconds: float, profile: str | None = None
+) -> tuple[dict[str, Any], float, float]:
+    profiler = start_profiler(server_pid, seconds, profile) if profile else None
+    window = await recorded_window(sessions, [server_pid], seconds)
+    summary, t0, t1 = window.summary, window.t0, window.t1
+    srv0, srv1 = window.before[server_pid], window.after[server_pid]
     if profiler is not None:
         await asyncio.to_thread(profiler.wait)
         summary["profile"] = profile
-    cpu_s = srv1.cpu_s - srv0.cpu_s
+    cpu_s = window.cpu_s(server_pid)
     sent = summary.get("packets_sent_est") or 0
     summary.update({
         "seconds": round(t1 - t0, 3),
@@ -402,10 +434,10 @@ async def measure_window(
         ),
         "server_rss_kb": procstats.rss_kb(server_pid),
         "server_threads": procstats.threads(server_pid),
-        "loadgen_cpu_pct": round(procstats.cpu_percent(gen0, gen1), 1),
+        "loadgen_cpu_pct": window.loadgen_cpu_pct,
         # Busy % of every core, whoever ran there: minus the server's own share, what other
         # processes took from its core (this machine is shared).
-        "core_busy_pct": cores,
+        "core_busy_pct": window.core_busy_pct,
         "loadavg": procstats.load_average(),
     })
     return summary, t0, t1
