@@ -28,6 +28,8 @@ async def test_healthz_and_voices(gateway):
         body = await r.json()
     assert r.status == 200 and body["status"] == "ok" and body["version"] == __version__
     assert body["sessions"] == 0 and "freezes" in body["gc"]
+    # the server's tasks now: at least the request handler answering this very request
+    assert isinstance(body["tasks"], int) and body["tasks"] >= 1
     async with gateway.http.get(f"{gateway.url}/v1/voices") as r:
         assert (await r.json())["default"] == "tone"
 

@@ -373,7 +373,10 @@ async def healthz(request: web.Request) -> web.Response:
     registry = request.app[REGISTRY]
     status = "draining" if registry.draining else "ok"
     body: dict[str, Any] = {"status": status, "version": __version__, "sessions": len(registry),
-            "gc": asdict(registry.gc.stats)}
+            "gc": asdict(registry.gc.stats),
+            # every task is owned and cancelled on close: a count that grows with closed
+            # sessions is a leak (tests/test_lifecycle.py checks the tasks themselves)
+            "tasks": len(asyncio.all_tasks())}
     watch = request.app.get(STALL_WATCH)
     if watch is not None:
         body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
