@@ -2,9 +2,9 @@
 
     whisper | whisper:tiny.en                 the bundled Whisper tiny.en (default), int8, CPU
     whisper:/path/to/ct2-model?threads=2&workers=1&min_frames=1000&compute=int8&nice=5&idle=1
-    whisper?cpus=1                            the decoding processes on CPU 1 only (e.g. with the
-                                              gateway under ``taskset -c 0``: the event loop's
-                                              core is then never Whisper's)
+    whisper?cpus=auto                         (default) the event loop's thread pinned to one
+                                              CPU, the decoding processes on the others
+    whisper?cpus=1 | cpus=all                 the decoding processes on CPU 1 / wherever
     whisper?process=0                         decode on threads of this process (default: in
                                               child processes, no GIL shared with the loop)
     openai+http://host:port/v1?model=whisper-1&language=en&timeout=15&key_env=NAME
@@ -51,7 +51,8 @@ def parse_recognizer_spec(spec: str) -> WhisperOptions | OpenAITranscriptionConf
                 if field == "compute_type":
                     values[field] = value
                 elif field == "cpus":
-                    values[field] = tuple(int(c) for c in value.split(",") if c.strip())
+                    values[field] = (None if value == "auto" else () if value == "all" else
+                                     tuple(int(c) for c in value.split(",") if c.strip()))
                 elif field in ("idle", "process"):
                     if value not in ("0", "1"):
                         raise ValueError(f"{key} must be 0 or 1, not {value!r}")

@@ -19,6 +19,7 @@ waits for at most the partial's encoder pass.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import queue
 import threading
@@ -37,6 +38,7 @@ from gateway.listen.whisper_engine import (
     resolve_model,
 )
 from gateway.listen.whisper_process import EngineProcess
+from gateway.runtime.loop_cpu import LoopCpu
 from gateway.runtime.worker_pool import LATER, NOW, WorkerPool
 
 __all__ = ["BUNDLED", "WhisperOptions", "WhisperRecognizer", "resolve_model"]
@@ -67,6 +69,7 @@ class WhisperRecognizer:
                 process = EngineProcess(opts, self._finals)
                 self.processes.append(process)
                 self._free.put(process)
+        self._loop_cpu = LoopCpu()
         self.skipped = 0  # partials refused because no worker was free
         self.superseded = 0  # partials stopped half-way: a final was waiting
         self.decodes = 0
@@ -74,7 +77,13 @@ class WhisperRecognizer:
     # -- lifecycle --------------------------------------------------------------------------
     async def load(self) -> None:
         """Load the model and run one warm-up decode: in each child process (spawn and import:
-        1-3 s, then 0.4-0.6 s for tiny.en), else on the pool."""
+        1-3 s, then 0.4-0.6 s for tiny.en), else on the pool. With ``cpus`` auto (the default)
+        and child processes, call it on the event loop's thread: that thread is pinned to one
+        CPU and the children get the others (``close`` undoes it)."""
+        if self.processes and self.options.cpus is None:
+            cpus = self._loop_cpu.reserve()
+            for process in self.processes:
+                process.options = dataclasses.replace(process.options, cpus=cpus)
         if self.processes:
             await asyncio.gather(*(self._pool.run(p.start) for p in self.processes))
         else:
@@ -84,6 +93,7 @@ class WhisperRecognizer:
         self._pool.shutdown()
         if self.processes:
             await asyncio.gather(*(asyncio.to_thread(p.close) for p in self.processes))
+        self._loop_cpu.release()
 
     # -- transcription ----------------------------------------------------------------------
     @property

@@ -58,7 +58,9 @@ class WhisperOptions:
     nice: int = 5  # decoding priority (the event loop stays at 0)
     idle: bool = True  # SCHED_IDLE decoding (``nice`` then only orders decodes among themselves)
     process: bool = True  # decode in a child process (no GIL shared with the event loop)
-    cpus: tuple[int, ...] = ()  # the child processes' CPUs (affinity; () = wherever the parent may)
+    #: the child processes' CPUs: None (auto) = all but the event loop's, which ``load`` pins
+    #: to one CPU (runtime/loop_cpu.py); () = wherever the parent may run
+    cpus: tuple[int, ...] | None = None
     min_frames: int = 1000  # encoder context floor (10 s)
     margin_frames: int = 50  # encoder context past the end of the audio
     max_tokens_base: int = 12  # output cap: base + per_second * seconds
@@ -71,7 +73,7 @@ class WhisperOptions:
             raise ValueError("workers and cpu_threads must be at least 1")
         if not 1 <= self.min_frames <= WINDOW_FRAMES:
             raise ValueError(f"min_frames must be 1..{WINDOW_FRAMES}")
-        if any(cpu < 0 for cpu in self.cpus):
+        if any(cpu < 0 for cpu in self.cpus or ()):
             raise ValueError("cpus are CPU numbers (0, 1, ...)")
 
     def context_frames(self, samples: int) -> int:

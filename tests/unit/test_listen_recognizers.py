@@ -71,7 +71,9 @@ def test_output_tokens_are_capped_by_the_audio_length():
 def test_the_decoding_processes_cpus_are_part_of_the_spec():
     assert parse_recognizer_spec("whisper?cpus=1").cpus == (1,)
     assert parse_recognizer_spec("whisper:tiny.en?cpus=1,2&threads=2").cpus == (1, 2)
-    assert parse_recognizer_spec("whisper").cpus == ()
+    assert parse_recognizer_spec("whisper").cpus is None  # auto: all but the loop's
+    assert parse_recognizer_spec("whisper?cpus=auto").cpus is None
+    assert parse_recognizer_spec("whisper?cpus=all").cpus == ()
     with pytest.raises(ValueError):
         parse_recognizer_spec("whisper?cpus=one")
 
