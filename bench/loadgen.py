@@ -574,6 +574,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             t = time.monotonic()
             await bounded(sessions, lambda s: s.close(), 50)
             result["teardown_s"] = round(time.monotonic() - t, 2)
+    result["consent"] = aiortc_compat.CONSENT.as_json()  # the generator's own checks
     return result
 
 

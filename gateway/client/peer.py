@@ -193,6 +193,7 @@ class GatewayClient:
             elif self.pc.connectionState in ("failed", "closed"):
                 self._failed.set()
 
+        aiortc_compat.tolerate_late_consent(self.pc)  # a late consent answer still counts
         await self.pc.setLocalDescription(await self.pc.createOffer())
         offer = self.pc.localDescription.sdp
         async with self.http.post(
