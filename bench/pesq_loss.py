@@ -14,9 +14,13 @@ bursty (Gilbert-Elliott, mean burst ``--burst`` 3). Receivers (``--modes``):
 - ``nack``: + NACK (RTT-aware retries; the jitter buffer holds what the loss bursts' repairs
   need: ``gateway/receive/burst_depth.py``);
 - ``red``: RFC 2198 RED (distance ``--red-distance``) + FEC, no NACK;
-- ``red_nack``: everything on (RED + NACK + FEC + PLC): the target's mode;
-- offline only: ``red_nack_static`` (the same without the burst floor: the receiver before it)
-  and ``red_nack_d4`` (the sender raising RED's distance to 4 while NACKs show longer bursts).
+- ``red_nack``: everything on (RED + NACK + FEC + PLC, and the receive path's opt-in start
+  hold: ``burst_start_frames`` 12 for the first ``burst_start_hold_s`` 10 s, until the link has
+  shown its bursts): the target's mode;
+- offline only: ``red_nack_learn`` (the same without the start hold: the burst floor learnt
+  from the bursts alone, the receive path's default), ``red_nack_static`` (without the burst
+  floor either) and ``red_nack_d4`` / ``red_nack_d8`` (``red_nack`` with the sender raising
+  RED's distance up to 4 / 8 while NACKs show longer bursts: ``--red-max-distance``).
 
 Live, four listeners run at once per condition (plain: aiortc, plc and fec on the very same
 packets; nack; red; red_nack), the gateway sending RED on every packet (``--red-always``; with
@@ -95,14 +99,20 @@ class Mode:
     max_distance: int | None = None  # RED's distance raised up to this on NACKed bursts
 
 
+# everything on: the receive path also holds the burst floor's top from the start, until the
+# link has shown its bursts (opt-in: a clean link pays it for those 10 s, time to first audio too)
+TARGET_RECEIVE = ReceivePathConfig(record_s=RECORD_S, burst_start_frames=12,
+                                   burst_start_hold_s=10.0)
 OFFLINE = {
     "plc": Mode(ReceivePathConfig(nack=False, fec=False, record_s=RECORD_S)),
     "fec": Mode(ReceivePathConfig(nack=False, record_s=RECORD_S)),
     "nack": Mode(ReceivePathConfig(record_s=RECORD_S)),
     "red": Mode(ReceivePathConfig(nack=False, record_s=RECORD_S), red=True),
-    "red_nack": Mode(ReceivePathConfig(record_s=RECORD_S), red=True),
+    "red_nack": Mode(TARGET_RECEIVE, red=True),
+    "red_nack_learn": Mode(ReceivePathConfig(record_s=RECORD_S), red=True),
     "red_nack_static": Mode(ReceivePathConfig(record_s=RECORD_S, burst_depth=False), red=True),
-    "red_nack_d4": Mode(ReceivePathConfig(record_s=RECORD_S), red=True, max_distance=4),
+    "red_nack_d4": Mode(TARGET_RECEIVE, red=True, max_distance=4),
+    "red_nack_d8": Mode(TARGET_RECEIVE, red=True, max_distance=8),
 }
 
 
@@ -228,8 +238,8 @@ async def run_live_condition(
                               impairment=impairment, red=False),
         "red": GatewayClient(url, receive_path=ReceivePathConfig(nack=False, record_s=RECORD_S),
                              impairment=impairment, red=True),
-        "red_nack": GatewayClient(url, receive_path=ReceivePathConfig(record_s=RECORD_S),
-                                  impairment=impairment, red=True),
+        "red_nack": GatewayClient(url, receive_path=TARGET_RECEIVE, impairment=impairment,
+                                  red=True),
     }
     stock: AiortcListener | None = None
     wire: dict[str, WireBytes] = {}
@@ -290,7 +300,8 @@ async def run_live(args: argparse.Namespace, speech: np.ndarray, ref: np.ndarray
         wav = Path(tmp) / "speech.wav"
         write_wav_mono(wav, speech, SAMPLE_RATE)
         extra = ["--bitrate", str(args.bitrate), "--expected-loss", str(args.expected_loss),
-                 "--red-distance", str(args.red_distance)]
+                 "--red-distance", str(args.red_distance),
+                 "--red-max-distance", str(args.red_max_distance)]
         if not args.red_adaptive:
             extra.append("--red-always")
         if args.no_phrase_cache:
@@ -465,7 +476,8 @@ async def main(args: argparse.Namespace) -> None:
         "speech_s": round(speech.size / SAMPLE_RATE, 2),
         "encoder": dataclasses.asdict(settings),
         "burst_mean_packets": args.burst,
-        "red": {"distance": args.red_distance, "adaptive": args.red_adaptive},
+        "red": {"distance": args.red_distance, "adaptive": args.red_adaptive,
+                "max_distance": args.red_max_distance if not args.offline else "per mode"},
         "rtt_ms": args.rtt_ms if args.offline else "loopback",
         "seeds": args.seeds,
         "impaired": "datagrams the listener receives (NACKs go out unimpaired)",
@@ -512,6 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expected-loss", type=int, default=10)
     p.add_argument("--red-distance", type=int, default=2, choices=range(1, 5),
                    help="RED: previous frames per packet")
+    p.add_argument("--red-max-distance", type=int, default=0, choices=range(0, 9),
+                   help="live: the gateway's --red-max-distance (0: the distance stays)")
     p.add_argument("--red-adaptive", action="store_true",
                    help="live: RED only while the listener reports loss (the gateway's default)")
     p.add_argument("--offline", action="store_true",

@@ -70,6 +70,7 @@ class GatewayConfig:
     preemptive_reply: bool = True  # prepare the reply on the speculative transcript
     reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
     red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
+    red_max_distance: int = 0  # raised up to this while NACKs show longer bursts (0: never)
     red_adaptive: bool = True  # only while the receiver reports loss
     http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
     live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
@@ -105,6 +106,7 @@ class GatewayConfig:
             early_first_frame=self.early_first_frame,
             release_dtls=self.release_dtls,
             red_distance=self.red_distance,
+            red_max_distance=self.red_max_distance,
             red_adaptive=self.red_adaptive,
             uplink=self.duplex,
         )
@@ -291,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         "previous N frames (0: off) [GATEWAY_RED_DISTANCE]",
     )
     p.add_argument(
+        "--red-max-distance", type=int, choices=range(0, 9), metavar="N",
+        default=int(_env("RED_MAX_DISTANCE", str(d.red_max_distance)) or 0),
+        help="raise the RED distance up to N frames (for 10 s) while the receiver's NACKs show "
+        "longer loss bursts (0: never; at most 8) [GATEWAY_RED_MAX_DISTANCE]",
+    )
+    p.add_argument(
         "--red-always", action="store_true", default=_env("RED_ALWAYS", "") == "1",
         help="send RED on every packet, not only while the receiver reports loss "
         "[GATEWAY_RED_ALWAYS=1]",
@@ -454,6 +462,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         preemptive_reply=args.preemptive_reply,
         reply_voice=args.reply_voice,
         red_distance=args.red_distance,
+        red_max_distance=args.red_max_distance,
         red_adaptive=not args.red_always,
         http_flush=args.http_flush,
         live_lead_ms=args.live_lead_ms,

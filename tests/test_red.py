@@ -102,3 +102,35 @@ async def test_adaptive_red_starts_with_reported_loss_and_resends_are_unchanged(
         assert red.primary(stored.payload) == red.primary(packets[-1].payload)
     finally:
         await pc.close()
+
+
+def test_red_max_distance_flag_and_environment(monkeypatch):
+    from gateway.config import parse_config
+
+    assert parse_config([]).red_max_distance == 0  # off: the distance stays what it is
+    config = parse_config(["--red-max-distance", "6"])
+    assert config.red_max_distance == 6 and config.session_options().red_max_distance == 6
+    monkeypatch.setenv("GATEWAY_RED_MAX_DISTANCE", "4")
+    assert parse_config([]).red_max_distance == 4
+
+
+async def test_nacked_bursts_raise_the_distance_up_to_red_max_distance(start_gateway):
+    gateway = await start_gateway(red_distance=2, red_max_distance=4, red_adaptive=False)
+    packets: list = []
+    pc, location = await listen(gateway, packets)
+    try:
+        await wait_for(packets, lambda: len(packets) >= 20)
+        assert len(red.decode(packets[-1].payload)) == 3  # distance 2: two copies + primary
+        async with gateway.http.get(location) as r:
+            assert (await r.json())["red"]["max_distance"] == 4
+        last = packets[-1].sequence_number
+        burst = [(last - 9 + i) & 0xFFFF for i in range(6)]  # a run of 6: a burst of 6
+        receiver = pc.getTransceivers()[0].receiver
+        await aiortc_compat.send_unprotected(
+            receiver.transport, build_nack_packet(1, packets[0].ssrc, burst))
+        await wait_for(packets, lambda: len(red.decode(packets[-1].payload)) == 5)  # 4 + 1
+        async with gateway.http.get(location) as r:
+            state = (await r.json())["red"]
+        assert state["distance_now"] == 4 and state["distance_raises"] == 1
+    finally:
+        await pc.close()

@@ -19,6 +19,15 @@ The floor is a peak hold: it rises at once, and comes down only once ``memory_s`
 need that high, then a frame per ``step_down_s`` (each change of delay is heard, and costs
 PESQ, whatever its size). Random loss has bursts of about one packet, so its floor stays within
 a frame or two of the NACK reserve; a clean link records nothing and costs nothing.
+
+Learnt from the bursts alone, the first bursts of a bursty link come before the floor: each
+stalls the playout in speech, and the deepening that follows is one more change of delay. The
+start hold (opt-in: ``start`` frames for ``start_hold_s``) holds the floor at ``start`` from the
+first question, while the link is unknown, and then comes down at once to what the bursts seen
+need (the receive path cuts the excess in one pause): a bursty link keeps one delay from its
+first frame, a clean one pays ``start`` frames for ``start_hold_s`` (the time to its first audio
+too), then the floor. The application's choice, as a minimum playout delay is in a browser
+(``RTCRtpReceiver.jitterBufferTarget``), except that this one ends by itself.
 """
 
 from __future__ import annotations
@@ -42,9 +51,13 @@ class BurstDepth:
         round_trips: int = 1,
         step_down_s: float = 2.0,
         frame_s: float = 0.020,
+        start: int = 0,
+        start_hold_s: float = 0.0,
     ) -> None:
         if late_every_s <= 0 or window < 1 or memory_s <= 0 or round_trips < 1:
             raise ValueError("need late_every_s > 0, window >= 1, memory_s > 0, round_trips >= 1")
+        if start_hold_s < 0:
+            raise ValueError("need start_hold_s >= 0")
         self.base = base
         self.top = max(base, top)
         self.late_every_s = late_every_s
@@ -54,7 +67,13 @@ class BurstDepth:
         self.step_down_s = step_down_s
         self.frame_s = frame_s
         self._bursts: deque[tuple[float, float]] = deque(maxlen=window)  # (at, frames)
-        self._held = base
+        # the link's bursts are unknown at first: hold ``start`` frames until ``start_hold_s``
+        # after the first question, then only what the bursts seen need (released at once)
+        self.start = min(self.top, max(base, start)) if start_hold_s > 0 else base
+        self.start_hold_s = start_hold_s
+        self._start_until: float | None = None
+        self._releasing = self.start > base
+        self._held = self.start
         self._held_at = 0.0
         self.bursts_seen = 0
         # frames() is asked every playout period: it recomputes on a new gap, new inputs, or
@@ -100,10 +119,15 @@ class BurstDepth:
     ) -> int:
         """The floor now: ``base`` with no recent burst, at most ``top``. ``red_frames``: how
         many frames back RED copies reach (a burst that short needs no NACK round trip)."""
+        if self._start_until is None:
+            self._start_until = now + self.start_hold_s
+        starting = now < self._start_until
         inputs = (rtt_s, retry_interval_s, red_frames)
         if inputs == self._inputs and now < self._check_at:
             return self._held
         self._inputs, self._check_at = inputs, now + RECHECK_S
+        if starting:
+            self._check_at = min(self._check_at, self._start_until)
         burst = self.burst_frames(now)
         need = self.base
         if burst:
@@ -113,6 +137,14 @@ class BurstDepth:
             if burst > red_frames:
                 wait += self.repair_s(rtt_s, retry_interval_s) / self.frame_s
             need = max(self.base, min(self.top, math.ceil(wait - 1e-9)))
+        if starting:
+            self._held, self._held_at = max(self.start, need), now
+            return self._held
+        if self._releasing:
+            # the start is over: down to what the bursts seen need, at once (one change)
+            self._releasing = False
+            self._held, self._held_at = need, now
+            return self._held
         # peak hold: up at once; down only after memory_s without a need that high, then a
         # frame per step_down_s (each change of delay costs, so as few as possible)
         if need >= self._held:

@@ -423,14 +423,16 @@ class JitterBuffer:
             return SlotState.LATE if useq in self._lost_set else SlotState.PASSED
         return SlotState.MISSING
 
-    def set_min_frames(self, frames: int) -> None:
+    def set_min_frames(self, frames: int, *, release: bool = False) -> None:
         """Raise (or lower) the target's floor, e.g. to let RED's oldest copy or a burst's NACK
-        repairs come in time; the target follows at once when raised. The floor may exceed
-        ``max_frames`` (which bounds what jitter alone makes the target), not ``capacity``."""
+        repairs come in time; the target follows at once when raised, and when lowered with
+        ``release`` (else it shrinks a frame per ``shrink_interval_s``; either way the next
+        packet raises it again to what jitter needs). The floor may exceed ``max_frames``
+        (which bounds what jitter alone makes the target), not ``capacity``."""
         if not 1 <= frames <= self._capacity:
             raise ValueError("need 1 <= min_frames <= capacity")
         self._min_frames = frames
-        self._delay.set_min(frames)
+        self._delay.set_min(frames, release=release)
 
     @property
     def min_frames(self) -> int:

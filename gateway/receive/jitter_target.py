@@ -47,10 +47,11 @@ class JitterTarget:
     def max_frames(self) -> int:
         return self._max
 
-    def set_min(self, frames: int) -> None:
-        """A new floor; a target below it rises at once."""
+    def set_min(self, frames: int, *, release: bool = False) -> None:
+        """A new floor; a target below it rises at once; with ``release`` one above it comes
+        down to it (the next packet raises it to what the recent jitter needs)."""
         self._min = frames
-        self.target = max(self.target, frames)
+        self.target = frames if release else max(self.target, frames)
 
     def restart(self) -> None:
         """A new timeline (sender restart): measure afresh, keep the target."""

@@ -35,8 +35,14 @@ class ReceivePathConfig:
     burst_late_every_s: float = 60.0  # a burst longer than the floor about this seldom
     burst_round_trips: int = 1  # repair round trips held for (2: for a lost answer's retry)
     burst_memory_s: float = 30.0  # bursts older than this no longer hold the buffer deep
+    # ... and, opt-in, this much from the start until the link has shown its bursts (0: the
+    # floor), for burst_start_hold_s; then what the bursts seen need, the excess cut in a pause
+    burst_start_frames: int = 0
+    burst_start_hold_s: float = 10.0
     deepen_after_periods: int = 2  # short of a target bursts raised: add silence this soon
     pause_frames: int = 3  # ... in a pause: after this many quiet frames (not in a word)
+    trim_pause_frames: int = 3  # a frame too many is cut after this many quiet frames in a row
+    cut_pause_frames: int = 6  # two or more: all of it, after this many (a pause, not a word)
     pcm_buffer_frames: int = 4  # decoded PCM waiting for the playout clock, at most
     decode_ahead_frames: int = 1  # decoded before they are due (1: decode just in time)
     tick_guard_s: float = 0.005
@@ -71,6 +77,10 @@ class ReceivePathConfig:
         if self.burst_late_every_s <= 0 or self.burst_memory_s <= 0 or self.burst_round_trips < 1:
             raise ValueError("need burst_late_every_s > 0, burst_memory_s > 0 and "
                              "burst_round_trips >= 1")
+        if self.burst_start_frames < 0 or self.burst_start_hold_s < 0:
+            raise ValueError("need burst_start_frames >= 0 and burst_start_hold_s >= 0")
+        if min(self.trim_pause_frames, self.cut_pause_frames) < 1:
+            raise ValueError("need trim_pause_frames and cut_pause_frames >= 1")
 
     @property
     def jitter_min_frames(self) -> int:

@@ -20,11 +20,14 @@ silence, and counts in ``pauses`` / ``paused_periods`` once packets resume later
 The clock's phase follows the arrivals: each period starts ``tick_guard_s`` before a packet is
 due, which leaves a lost packet's repair the most time within the buffered delay. When more
 than the jitter buffer's target stays buffered for ``trim_after_periods``, one silent packet is
-cut (the jitter buffer itself would drop any, speech too; it still does after
-``force_trim_after_periods`` without silence); when less than the target stays buffered for
-``stretch_after_periods`` (a start on a burst of packets, or a target that grew), one period of
-silence is inserted in a pause. With NACK on, the jitter buffer keeps ``nack_reserve_frames``
-more than its jitter-driven minimum, so a lost packet can still be asked for and played.
+cut in a pause (``trim_pause_frames`` quiet frames in a row: a quiet frame inside a word is no
+place for it), two or more all at once in a longer pause (``cut_pause_frames``: the burst floor
+came down, one change of delay); the jitter buffer itself would drop any, speech too, and still
+does after ``force_trim_after_periods`` without silence. When less than the target stays
+buffered for ``stretch_after_periods`` (a start on a burst of packets, or a target that grew),
+one period of silence is inserted in a pause. With NACK on, the jitter buffer keeps
+``nack_reserve_frames`` more than its jitter-driven minimum, so a lost packet can still be asked
+for and played.
 
 RFC 2198 RED (``on_packet(..., red=True)``; ``on_rtp`` for packets of ``red_payload_type``):
 the primary goes where a plain packet would, then the redundant copies fill the frames this
@@ -36,7 +39,9 @@ in time instead of stalling again. With NACK on, every sequence gap is also a bu
 :class:`BurstDepth`: the buffer holds what the stream's bursts need for their repairs to come in
 time (the tail of their lengths plus the RTT, at most ``burst_max_frames``), peak-held; it
 deepens to that in a pause (``pause_frames`` quiet frames in a row, the whole shortfall at once,
-never while packets are overdue), and a stall under way resumes at the old target first.
+never while packets are overdue), and a stall under way resumes at the old target first. With
+``burst_start_frames`` (opt-in) the floor is that deep from the start until
+``burst_start_hold_s`` has shown the link's bursts (:class:`BurstDepth`'s start hold).
 
 Everything is bounded (buffers, ring, the opt-in log and recording); ``close`` stops the clock,
 the NACK task, the PCM source and every waiter. Settings: :class:`ReceivePathConfig`;
@@ -120,6 +125,7 @@ class ReceivePath:
                 base=cfg.jitter_min_frames, top=cfg.burst_top_frames,
                 late_every_s=cfg.burst_late_every_s, memory_s=cfg.burst_memory_s,
                 round_trips=cfg.burst_round_trips, frame_s=PERIOD_S,
+                start=cfg.burst_start_frames, start_hold_s=cfg.burst_start_hold_s,
             )
         self._burst_floor = cfg.jitter_min_frames
         self._red_pt: int | None = None
@@ -251,19 +257,23 @@ class ReceivePath:
         self._apply_floor(now)
 
     def _apply_floor(self, now: float) -> None:
+        came_down = False
         if self._bursts is not None:
             cfg = self.config
             rtt = self.nack.rtt_s if self.nack.rtt_measured else 0.0  # (a guess overshoots)
             retry = max(cfg.nack_rtt_factor * rtt, cfg.nack_min_interval_s)
             red_frames = self.red.oldest_offset / RTP_TICKS_PER_FRAME if cfg.red else 0.0
-            self._burst_floor = self._bursts.frames(now, rtt, retry, red_frames)
+            floor = self._bursts.frames(now, rtt, retry, red_frames)
+            came_down = floor < self._burst_floor
+            self._burst_floor = floor
         floor = max(self._red_floor, self._repair_floor.frames(now), self._burst_floor)
         if floor > self.jitter.min_frames and self._started_playing and not self.jitter.playing:
             # stalled: resume as soon as the old target allows, deepen in a pause later
             # (measured: as good as stalling on to the new depth, and the stall is shorter)
             return
         if floor != self.jitter.min_frames:
-            self.jitter.set_min_frames(floor)
+            # the burst floor came down: so does the target, the excess is cut in a pause
+            self.jitter.set_min_frames(floor, release=came_down and floor < self.jitter.min_frames)
             # ask for what the buffer can still play, however long the burst before it
             self.nack.window_frames = max(self.config.nack_window_frames, floor + 2)
 
@@ -328,17 +338,22 @@ class ReceivePath:
             return Decoded(FrameKind.INSERTED, None, None, None, silence)
         item = self._pop_decode(now, want)
         self._note_quiet(item)
-        if (
-            self._excess_periods >= cfg.trim_after_periods
-            and self._last_quiet
-            and item.pcm.size <= self._excess_frames * FRAME_SAMPLES
-        ):
+        excess = self._excess_frames * FRAME_SAMPLES  # samples
+        # two packets or more too many (the burst floor came down): all of it in one pause
+        whole = excess >= 2 * self.jitter.packet_ticks * FRAME_SAMPLES / RTP_TICKS_PER_FRAME
+        quiet = self._quiet_run >= (cfg.cut_pause_frames if whole else cfg.trim_pause_frames)
+        if self._excess_periods >= cfg.trim_after_periods and quiet and item.pcm.size <= excess:
             # More buffered than the target by a packet for a while: cut one here, in
-            # silence, rather than let the jitter buffer drop one wherever it is (speech).
+            # silence, rather than let the jitter buffer drop one wherever it is (speech);
+            # the whole excess in a pause, while it stays quiet (one change of delay).
             self._excess_periods = 0
-            self._stats.trimmed += 1
-            item = self._pop_decode(now, want)
-            self._note_quiet(item)
+            while True:
+                excess -= item.pcm.size
+                self._stats.trimmed += 1
+                item = self._pop_decode(now, want)
+                self._note_quiet(item)
+                if not (whole and self._last_quiet and item.pcm.size <= excess):
+                    break
         return item
 
     def _note_quiet(self, item: Decoded) -> None:

@@ -139,8 +139,10 @@ class WebRtcLeg:
         if red_pt is not None and self.options.red_distance > 0:
             # Opus first (what aiortc's own sender packs), RED after it: Chromium decodes both
             pinned.append(red_codec(red_pt, opus.payloadType))
+            distance = self.options.red_distance
             self.sink.red = RedSender(
-                red_pt, opus.payloadType, self.options.red_distance, self.options.red_adaptive
+                red_pt, opus.payloadType, distance, self.options.red_adaptive,
+                max_distance=max(distance, self.options.red_max_distance),
             )
         aiortc_compat.pin_codecs(transceiver, pinned)
         self._transceiver, self._payload_type = transceiver, opus.payloadType

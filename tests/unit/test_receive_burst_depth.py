@@ -177,3 +177,82 @@ def test_the_jitter_floor_may_exceed_what_jitter_alone_reaches():
         jb.set_min_frames(51)
     with pytest.raises(ValueError):
         ReceivePathConfig(burst_round_trips=0)
+
+
+# -- the start hold (opt-in): the top from the start, until the link has shown its bursts -----
+
+
+def test_the_start_hold_is_released_at_once_to_what_the_bursts_seen_need():
+    clean = BurstDepth(base=3, top=12, start=12, start_hold_s=10.0)
+    assert clean.frames(0.0, 0.002, 0.02) == 12  # nothing known yet: the latency bound
+    assert clean.frames(9.9, 0.002, 0.02) == 12
+    assert clean.frames(10.0, 0.002, 0.02) == 3  # a clean link: all of it at once, not a
+    # frame per step_down_s
+    bursty = BurstDepth(base=3, top=12, start=12, start_hold_s=10.0)
+    bursty.frames(0.0, 0.002, 0.02)
+    bursty.on_gap(2.0, 1.0)  # one burst of 2 in the hold: 2 + 1/2 + 0.1 -> 3 ... at this rate
+    bursty.on_gap(3.0, 6.0)
+    need = BurstDepth(base=3, top=12)
+    need.on_gap(2.0, 1.0)
+    need.on_gap(3.0, 6.0)
+    assert bursty.frames(10.0, 0.002, 0.02) == need.frames(10.0, 0.002, 0.02) < 12
+    # a need above the start during the hold is held (the top allows it)
+    wide = BurstDepth(base=3, top=30, start=6, start_hold_s=10.0)
+    wide.frames(0.0, 0.002, 0.02)
+    wide.on_gap(9.0, 1.0)
+    assert wide.frames(1.0, 0.002, 0.02) >= 10
+    assert wide.frames(10.5, 0.002, 0.02) >= 10  # peak-held after the hold, as ever
+
+
+def test_the_start_is_within_base_and_top_and_off_by_default():
+    assert BurstDepth(base=3, top=12).frames(0.0, 0.002, 0.02) == 3
+    assert BurstDepth(base=3, top=8, start=20, start_hold_s=5.0).frames(0.0, 0.002, 0.02) == 8
+    assert BurstDepth(base=3, top=8, start=20, start_hold_s=0.0).frames(0.0, 0.002, 0.02) == 3
+    with pytest.raises(ValueError):
+        BurstDepth(base=3, top=8, start=5, start_hold_s=-1.0)
+    with pytest.raises(ValueError):
+        ReceivePathConfig(burst_start_frames=-1)
+
+
+def delay_changes(path: ReceivePath) -> list[tuple[int, int]]:
+    """(period, new delay in frames) wherever the playout delay changed (stall, stretch, cut)."""
+    out, last = [], None
+    for p in path.played:
+        if p.seq is None:
+            continue
+        delay = p.index - p.seq
+        if last is not None and delay != last:
+            out.append((p.index, delay))
+        last = delay
+    return out
+
+
+START = {"burst_start_frames": 12, "burst_start_hold_s": 1.0}
+
+
+def test_with_the_start_hold_early_bursts_cost_no_change_of_delay():
+    held = play(ReceivePathConfig(log_periods=400, **START), LEARN | LONG)
+    s = held.stats
+    assert s.lost == len(LEARN | LONG) and s.concealed == 0 and s.recovered_nack == s.lost, s
+    assert (s.stretched, s.stalled_periods) == (0, 0), s  # never deeper than at the start
+    # released to what the bursts seen need: the excess cut in the pause, never in speech
+    assert all(80 + 6 <= at <= 80 + 30 for at, _ in delay_changes(held)), delay_changes(held)
+    assert held.burst_floor_frames >= 8  # the burst of 7 in the second sentence needs it
+    # learnt from the bursts alone, the same stream stalls or deepens on the way
+    learnt = play(ReceivePathConfig(log_periods=400), LEARN | LONG)
+    assert learnt.stats.stretched + learnt.stats.stalled_periods > 0
+    assert len(delay_changes(learnt)) >= 1
+
+
+def test_a_clean_link_pays_the_start_hold_only_until_the_first_pause_after_it():
+    path = play(ReceivePathConfig(log_periods=400, **START), set())
+    s = path.stats
+    assert path.burst_floor_frames == 3 and s.target_frames == 3
+    assert s.trimmed >= 8 and s.stretched == 0 and s.concealed == 0
+    changes = delay_changes(path)
+    assert len(changes) == 1, changes  # the whole excess cut in one pause ...
+    at, delay = changes[0]
+    assert 80 + 6 <= at <= 80 + 30, changes  # ... in it (speech 0-1.6 s, quiet 1.6-2.2 s)
+    assert delay <= 4  # back to the three-frame buffer (the clock's phase: one period less)
+    first = next(p for p in path.played if p.seq is not None)
+    assert first.index >= 11  # the price: the first frame played 12 frames after it came

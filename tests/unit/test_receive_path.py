@@ -1,4 +1,5 @@
 import asyncio
+import itertools
 
 import numpy as np
 import pytest
@@ -133,6 +134,27 @@ def test_silent_frame_is_trimmed_when_too_much_stays_buffered():
     run(path, packets, 80)
     assert path.stats.trimmed >= 3
     assert path.stats.dropped == 0
+
+
+def test_a_frame_too_many_is_cut_in_a_pause_not_in_a_word():
+    encoder = OpusFrameEncoder(EncoderSettings())
+    speech = speechy_payloads(60)
+    silent = encoder.encode(bytes(FRAME_SAMPLES * 2))
+    # speech with two quiet frames inside its words (a stop), then a pause of 8
+    payloads = [silent if i % 10 in (4, 5) or 40 <= i < 48 else speech[i] for i in range(60)]
+    packets = [(max(i, 3) * FRAME, i, 960 * i, payloads[i]) for i in range(60)]  # one too many
+    path = ReceivePath(recorded(nack=False, trim_after_periods=5))
+    run(path, packets, 60)
+    assert path.stats.trimmed >= 1
+    played = [p.seq for p in path.played if p.seq is not None]
+    cut = [b - 1 for a, b in itertools.pairwise(played) if b - a > 1]
+    assert cut and all(40 + 2 <= c < 48 for c in cut), cut  # after quiet frames in a row
+    # a lone quiet frame was fair game before (trim_pause_frames=1), and was cut in a word
+    lone = ReceivePath(recorded(nack=False, trim_after_periods=5, trim_pause_frames=1,
+                                cut_pause_frames=1))
+    run(lone, packets, 60)
+    played = [p.seq for p in lone.played if p.seq is not None]
+    assert any(b - a > 1 and b - 1 < 40 for a, b in itertools.pairwise(played))
 
 
 def test_trackers():
