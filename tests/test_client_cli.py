@@ -28,6 +28,7 @@ async def test_cli_streams_what_it_played_to_the_wav(gateway, tmp_path, monkeypa
     )
     stats = await cli.run(args)
     assert [p.config.record_s for p in paths] == [0.0]  # nothing recorded in memory
+    assert paths[0].config.burst_start_frames == 0  # no start hold unless asked for
     with wave.open(str(out), "rb") as wav:
         assert (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) == (24_000, 1, 2)
         pcm = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
@@ -36,6 +37,16 @@ async def test_cli_streams_what_it_played_to_the_wav(gateway, tmp_path, monkeypa
     loud = np.flatnonzero(np.abs(pcm) > 2000)
     assert loud.size > 20_000  # the 1 s tone is in it
     assert dominant_frequency(pcm[loud[0] : loud[0] + 12_000], 24_000) == pytest.approx(440, abs=2)
+
+
+def test_start_hold_reaches_the_receive_path():
+    from gateway.client.receive_options import receive_config
+
+    args = cli.build_parser().parse_args(["--text", "x", "--start-hold", "12",
+                                          "--start-hold-s", "5", "--no-fec"])
+    config = receive_config(args)
+    assert (config.burst_start_frames, config.burst_start_hold_s) == (12, 5.0)
+    assert config.nack and not config.fec
 
 
 async def test_cli_raw_decodes_the_capture_offline(gateway, tmp_path):

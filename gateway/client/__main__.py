@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway import aiortc_compat
+from gateway.client import receive_options
 from gateway.client.capture import decode, first_audible
 from gateway.client.first_audio import FirstAudible
 from gateway.client.http_run import add_http_arguments, run_http
@@ -37,7 +38,6 @@ from gateway.client.mic_run import print_report, run_mic
 from gateway.client.peer import GatewayClient, GatewayError
 from gateway.client.wav_sink import WavSink
 from gateway.media.opus_codec import SAMPLE_RATE
-from gateway.receive.receive_path import ReceivePathConfig
 from gateway.testing import impairment
 from gateway.tts.tone import write_wav_mono
 
@@ -62,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the stats as JSON")
     p.add_argument("--raw", action="store_true",
                    help="no receive path: decode the raw capture offline (PLC for gaps)")
-    p.add_argument("--no-nack", action="store_true", help="do not ask for lost packets")
-    p.add_argument("--no-fec", action="store_true", help="conceal lost frames without FEC")
+    receive_options.add_arguments(p)
     p.add_argument("--no-red", action="store_true",
                    help="do not offer RFC 2198 RED (redundant copies of the previous frames)")
     p.add_argument("--impair-send", action="store_true",
@@ -107,9 +106,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 async def run_webrtc(args: argparse.Namespace) -> dict[str, Any]:
     aiortc_compat.restrict_ice_hosts([h for h in args.ice_hosts.split(",") if h])
     incoming, outgoing = _impairments(args)
-    receive_path = False if args.raw else ReceivePathConfig(
-        nack=not args.no_nack, fec=not args.no_fec
-    )
+    receive_path = False if args.raw else receive_options.receive_config(args)
     client = GatewayClient(
         args.url, receive_path=receive_path, impairment=incoming, outgoing_impairment=outgoing,
         capture=True,  # the stats below are about the raw packets too

@@ -30,10 +30,10 @@ import soxr
 
 from gateway import aiortc_compat
 from gateway.agent.sse import SseParser
+from gateway.client import receive_options
 from gateway.client.first_audio import FirstAudible
 from gateway.client.peer import GatewayClient
 from gateway.client.wav_sink import WavSink
-from gateway.receive.receive_path import ReceivePathConfig
 from gateway.testing.mic_track import RecordedMic
 
 UPLINK_RATE = 48_000  # what the Opus uplink carries
@@ -169,8 +169,7 @@ async def run_mic(args: Any) -> dict[str, Any]:
     aiortc_compat.restrict_ice_hosts([h for h in args.ice_hosts.split(",") if h])
     mic = RecordedMic(np.zeros(UPLINK_RATE // 10, dtype=np.int16), UPLINK_RATE,
                       lead_silence_s=0.0)  # silence until the session is ready to hear
-    client = GatewayClient(args.url, receive_path=ReceivePathConfig(nack=not args.no_nack,
-                                                                    fec=not args.no_fec),
+    client = GatewayClient(args.url, receive_path=receive_options.receive_config(args),
                            capture=True, red=not args.no_red)
     assert client.receive is not None
     sink = WavSink(args.out)
