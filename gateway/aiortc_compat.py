@@ -717,14 +717,9 @@ def tolerate_late_consent(pc: RTCPeerConnection) -> int:
 
     Call before the connection starts (``connect`` creates the consent task from
     ``Connection.query_consent``, replaced here per instance). Returns the agents changed."""
-    transports = getattr(pc, _PC_ICE_TRANSPORTS, None)
-    if not isinstance(transports, set):
-        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {_PC_ICE_TRANSPORTS}")
     changed = 0
-    for ice in transports:
-        connection = _ice_connection_of(ice)
-        for attr in ("query_consent", "_query_consent_task", "_nominated", "build_request"):
-            _require(connection, attr)
+    attrs = ("query_consent", "_query_consent_task", "_nominated", "build_request")
+    for connection in _ice_connections(pc, attrs):
         if "query_consent" in vars(connection):
             continue
         connection.query_consent = _ConsentQuery(connection)
@@ -910,6 +905,19 @@ def nominated_pair_types(transport: RTCDtlsTransport) -> dict[str, str | None] |
 # --- ICE: one shared UDP socket per worker ---------------------------------------------------
 
 _PC_ICE_TRANSPORTS = "_RTCPeerConnection__iceTransports"
+
+
+def _ice_connections(pc: RTCPeerConnection, attrs: Sequence[str]) -> Iterator[Any]:
+    """The aioice ``Connection`` of each of ``pc``'s ICE transports, each checked to have
+    ``attrs`` (a loud error if an upgrade moved them)."""
+    transports = getattr(pc, _PC_ICE_TRANSPORTS, None)
+    if not isinstance(transports, set):
+        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {_PC_ICE_TRANSPORTS}")
+    for ice in list(transports):
+        connection = _ice_connection_of(ice)
+        for attr in attrs:
+            _require(connection, attr)
+        yield connection
 _MUX_ENDPOINTS = "_gateway_mux_endpoints"
 _MUX_UFRAG_LENGTH = 8  # aioice draws 4 characters: 1 in ≈15 M; on one socket, ufrags must differ
 
@@ -957,14 +965,9 @@ def share_udp_socket(pc: RTCPeerConnection, muxes: Callable[[str], UdpMux | None
 
     Call after ``setRemoteDescription`` and before ``setLocalDescription`` (which gathers).
     Returns the ICE agents changed."""
-    transports = getattr(pc, _PC_ICE_TRANSPORTS, None)
-    if not isinstance(transports, set):
-        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {_PC_ICE_TRANSPORTS}")
     changed = 0
-    for ice in transports:
-        connection = _ice_connection_of(ice)
-        for attr in ("_protocols", "_local_username", "get_component_candidates"):
-            _require(connection, attr)
+    attrs = ("_protocols", "_local_username", "get_component_candidates")
+    for connection in _ice_connections(pc, attrs):
         if _MUX_ENDPOINTS in vars(connection):
             continue
         connection._local_username = aioice.ice.random_string(_MUX_UFRAG_LENGTH)

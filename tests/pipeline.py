@@ -6,6 +6,8 @@ passthrough track (pulled by the test, as aiortc's sender would) -> the frame st
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,3 +46,27 @@ def record_sent(track: PassthroughOpusTrack, seq: int, packet: av.Packet) -> Non
         sequence_number=seq & 0xFFFF, timestamp=packet.pts, payload=bytes(packet),
         extensions=SimpleNamespace(abs_send_time=0),
     )
+
+
+class InlinePool:
+    """An encoder pool that encodes on the loop, at once (deterministic tests)."""
+
+    async def run(self, fn: Any, *args: Any) -> Any:
+        return fn(*args)
+
+
+async def play_out(queue: FrameQueue, store: FrameStore, utterance: Any,
+                   seqs: Iterator[int]) -> list[bytes]:
+    """The send side: pop every frame into the store until the utterance is done; the
+    utterance's payloads sent (keep-alive silence left out)."""
+    sent = []
+    while not utterance.finished.is_set():
+        frame = queue.pop()
+        if frame is None:
+            await asyncio.sleep(0)  # one loop turn for the producer task, not a timed wait
+            continue
+        seq = next(seqs)
+        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame.owner, frame.index)
+        if frame.owner is not None:
+            sent.append(frame.payload)
+    return sent

@@ -72,7 +72,9 @@ async def test_a_peer_that_stops_answering_still_loses_consent(start_gateway):
                                           lambda sendto: lambda *args: None)
             await asyncio.wait_for(session.closed.wait(), timeout=30)
             assert session.close_reason == "peer connection closed"
-            assert aiortc_compat.CONSENT.expired == expired + 1
+            # (the count is process-wide: the client, whose checks go nowhere either, may lose
+            # its consent too before the test ends)
+            assert aiortc_compat.CONSENT.expired >= expired + 1
         finally:
             await client.close()
 

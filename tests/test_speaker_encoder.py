@@ -1,30 +1,11 @@
 """An Opus encoder exists only while an utterance is synthesized (memory per idle session)."""
 
-import asyncio
 import itertools
 
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import UtteranceState
 from gateway.tts.tone import ToneSynthesizer
-from tests.pipeline import pipeline
-
-
-class InlinePool:
-    async def run(self, fn, *args):
-        return fn(*args)
-
-
-async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> None:
-    """The send side: pop every frame into the store until the utterance is done."""
-    while not utterance.finished.is_set():
-        frame = queue.pop()
-        if frame is None:
-            await asyncio.sleep(0)  # one loop turn for the producer task, not a timed wait
-            continue
-        seq = next(seqs)
-        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame.owner, frame.index)
+from tests.pipeline import InlinePool, pipeline, play_out
 
 
 async def test_one_encoder_per_synthesized_utterance_none_for_cache_hits():

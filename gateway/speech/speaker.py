@@ -297,39 +297,46 @@ class Speaker:
         if self.encode:
             encoder = OpusFrameEncoder(self.settings)
             self.encoders_created += 1
-        index = 0
         rendered = self._render(utterance, voice, utterance.text, utterance.instructions,
                                 encoder)
-        try:
-            async with contextlib.aclosing(rendered) as payloads:
-                async for payload in payloads:
-                    if recorder is not None:
-                        recorder.add(payload)
-                    await self._put(utterance, payload, index)
-                    index += 1
-        except SynthesisError as exc:
-            log.warning("utterance %s: %s", utterance.id, exc)
-            self._finish(utterance, UtteranceState.FAILED, str(exc))
+        async with contextlib.aclosing(rendered) as payloads:
+            index = await self._queue_all(
+                utterance, payloads, None if recorder is None else recorder.add
+            )
+        if index is None:
             return
         if key is not None and recorder is not None:
             self._recordings[utterance] = (key, recorder)
         self._all_queued(utterance, index)
+
+    async def _queue_all(self, utterance: Utterance, payloads: AsyncIterator[bytes],
+                         each: Callable[[bytes], None] | None = None) -> int | None:
+        """Queue ``payloads`` as they come (``each`` told of every one first); how many, or
+        None when synthesis failed (the utterance has ended FAILED)."""
+        index = 0
+        try:
+            async for payload in payloads:
+                if each is not None:
+                    each(payload)
+                await self._put(utterance, payload, index)
+                index += 1
+        except SynthesisError as exc:
+            log.warning("utterance %s: %s", utterance.id, exc)
+            self._finish(utterance, UtteranceState.FAILED, str(exc))
+            return None
+        return index
 
     async def _play_prerendered(self, utterance: Utterance, prerendered: Prerender) -> None:
         """Frames rendered before the ``say``: queued as they are (or as they come)."""
         utterance.cached = prerendered.cached
         utterance.started_at = min(utterance.started_at or prerendered.started_at,
                                    prerendered.started_at)
-        index = 0
-        try:
-            async for payload in prerendered.frames():
-                if utterance.first_pcm_at is None:
-                    utterance.first_pcm_at = prerendered.first_pcm_at
-                await self._put(utterance, payload, index)
-                index += 1
-        except SynthesisError as exc:
-            log.warning("utterance %s: %s", utterance.id, exc)
-            self._finish(utterance, UtteranceState.FAILED, str(exc))
+        def first_pcm(_: bytes) -> None:
+            if utterance.first_pcm_at is None:
+                utterance.first_pcm_at = prerendered.first_pcm_at
+
+        index = await self._queue_all(utterance, prerendered.frames(), first_pcm)
+        if index is None:
             return
         utterance.frames_encoded = prerendered.frames_encoded
         self._all_queued(utterance, index)

@@ -6,31 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
 from gateway.speech.speaker import UtteranceState
 from gateway.tts.tone import ToneSynthesizer
-from tests.pipeline import pipeline
-
-
-class InlinePool:
-    async def run(self, fn, *args):
-        return fn(*args)
-
-
-async def play_out(queue: FrameQueue, store: FrameStore, utterance, seqs) -> list[bytes]:
-    """The send side: pop every frame until the utterance is done; the payloads sent."""
-    sent = []
-    while not utterance.finished.is_set():
-        frame = queue.pop()
-        if frame is None:
-            await asyncio.sleep(0)  # one loop turn for the producer task, not a timed wait
-            continue
-        seq = next(seqs)
-        store.record_sent(seq & 0xFFFF, seq * 960, frame.payload, frame.owner, frame.index)
-        if frame.owner is not None:
-            sent.append(frame.payload)
-    return sent
+from tests.pipeline import InlinePool, pipeline, play_out
 
 
 async def test_a_prerendered_clause_plays_the_packets_a_plain_say_makes():
