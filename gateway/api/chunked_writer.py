@@ -26,14 +26,13 @@ from aiohttp import web
 
 
 class ChunkedBodyWriter:
-    __slots__ = ("_protocol", "_response", "_started", "_transport", "direct_writes")
+    __slots__ = ("_protocol", "_response", "_started", "_transport")
 
     def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
         self._response = response
         self._transport = request.transport
         self._protocol = request.protocol
         self._started = False
-        self.direct_writes = 0
 
     async def write(self, data: bytes) -> None:
         """Write through aiohttp (waits while the reader does not read)."""
@@ -49,5 +48,4 @@ class ChunkedBodyWriter:
         if transport is None or transport.is_closing() or self._protocol.writing_paused:
             return False
         transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        self.direct_writes += 1
         return True

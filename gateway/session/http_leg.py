@@ -92,23 +92,24 @@ class HttpStreamLeg:
     ) -> None:
         """Write ``utterance`` until it ends (done, failed or cut), then the format's end.
 
-        ``write_now``: for a live leg, writes from the shared ticker (see the module doc)."""
+        ``write_now``: for a live leg, writes from the shared ticker (see the module doc);
+        without it every live write is the task's."""
         await self._write(write, self.formatter.start(), count=False)
-        if self.options.pace == "live" and write_now is not None:
-            await _TickedLiveWriter(self, utterance, write_now).run(write)
+        if self.options.pace == "live":
+            await _TickedLiveWriter(self, utterance, write_now or _refuse).run(write)
         else:
-            await self._run_task(utterance, write)
+            await self._run_asap(utterance, write)
         formatter = self.formatter
         if utterance.state is UtteranceState.FAILED:
             await self._write(write, formatter.error("synthesis_failed", utterance.error or ""))
         else:
             await self._write(write, formatter.end())
 
-    async def _run_task(self, utterance: Utterance, write: Write) -> None:
+    async def _run_asap(self, utterance: Utterance, write: Write) -> None:
+        """As fast as produced: the first frame alone, at once; frames ready together after it
+        coalesced up to the flush size."""
         formatter, queue, stats = self.formatter, self.queue, self.stats
         finished = utterance.finished
-        ticker = shared_ticker()
-        first_at: float | None = None
         index = 0
         while True:
             if not len(queue):
@@ -123,33 +124,19 @@ class HttpStreamLeg:
                     ended.cancel()
                 continue
             now = time.monotonic()
-            if self.options.pace == "live" and first_at is not None:
-                due = first_at + index * FRAME_S - self.options.lead_s
-                if due > now:
-                    await ticker.sleep(due - now)
-                    continue
             chunk = bytearray()
-            # the live write cadence coalesces (``--http-flush frame``: every frame alone)
-            cadence = self.options.write_s if self.flush_limit else 0.0
-            horizon = now + (cadence if self.options.pace == "live" else 0.0)
             while len(queue):
-                if self.options.pace == "live" and first_at is not None:
-                    if first_at + index * FRAME_S - self.options.lead_s > horizon:
-                        break
                 fields = queue.pop_fields()
                 assert fields is not None
                 payload, owner, frame_index = fields
                 chunk += formatter.frame(payload)
-                if first_at is None:
-                    first_at = now
                 if owner is not None:
                     owner.on_frame_sent(
                         frame_index, index & 0xFFFF, index * RTP_TICKS_PER_FRAME, now
                     )
                 index += 1
                 stats.frames += 1
-                if stats.writes == 0 or (len(chunk) >= self.flush_limit and not (
-                        self.options.pace == "live" and first_at is not None)):
+                if stats.writes == 0 or len(chunk) >= self.flush_limit:
                     break  # the first frame alone, at once; later ones up to the flush size
             await self._write(write, bytes(chunk))
 
@@ -168,6 +155,10 @@ class HttpStreamLeg:
 
     def close(self) -> None:
         self.conversation.detach_sink(self.name)
+
+
+def _refuse(data: bytes) -> bool:
+    return False  # nothing written at once: the task writes it
 
 
 class _TickedLiveWriter:

@@ -134,28 +134,19 @@ class FrameRecordEncoder:
 
     def frame(self, payload: bytes) -> bytes:
         """A frame record, advancing the sequence number by 1 and the timestamp by 960."""
-        record = encode_frame(self._sequence, self._timestamp, payload)  # validates first
-        head = self._open()
-        self._sequence = (self._sequence + 1) & 0xFFFF
-        self._timestamp = (self._timestamp + RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-        return head + record
+        return self.frames([payload])
 
     def frames(self, payloads: list[bytes]) -> bytes:
         """``frame`` of each, joined (one call for a write's worth of frames)."""
-        for payload in payloads:  # validate all before any state changes
-            if not 1 <= len(payload) <= MAX_PACKET_BYTES:
-                raise ValueError(
-                    f"a frame carries 1..{MAX_PACKET_BYTES} bytes, got {len(payload)}"
-                )
-        out = [self._open()]
-        pack, sequence, timestamp = _FRAME.pack, self._sequence, self._timestamp
-        for payload in payloads:
-            out.append(pack(TYPE_FRAME, sequence, timestamp, len(payload)))
-            out.append(payload)
-            sequence = (sequence + 1) & 0xFFFF
-            timestamp = (timestamp + RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-        self._sequence, self._timestamp = sequence, timestamp
-        return b"".join(out)
+        sequence, timestamp = self._sequence, self._timestamp
+        records = [  # validates them all before any state changes
+            encode_frame(sequence + k, timestamp + k * RTP_TICKS_PER_FRAME, payload)
+            for k, payload in enumerate(payloads)
+        ]
+        head = self._open()
+        self._sequence = (sequence + len(payloads)) & 0xFFFF
+        self._timestamp = (timestamp + len(payloads) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+        return head + b"".join(records)
 
     def end(self) -> bytes:
         head = self._open()
