@@ -49,23 +49,36 @@ async def test_an_exception_in_the_send_tick_does_not_end_the_stream(start_gatew
         await client.close()
 
 
-async def test_a_nack_answer_that_cannot_be_protected_does_not_drop_the_rest(start_gateway):
+@pytest.mark.parametrize("first_seq", [100, 30_000])
+async def test_a_nack_for_seqs_never_sent_is_refused_and_the_stream_still_decrypts(
+    start_gateway, first_seq
+):
+    """Was (a CI failure): the gateway built concealments for seqs from before the stream's
+    first packet. First seq 30000: SRTP refused them (``send_failed``). First seq 100: libsrtp
+    took seq - 3000 (wrapped) for an index 62,000 ahead and sent it, moving its rollover counter
+    -- had that one packet been lost, every later packet would have failed the listener's
+    authentication. Such seqs are now refused (``too_old``) before SRTP sees them; the rest of
+    the NACK is still answered."""
     gateway = await start_gateway(test_drop_first_tx_percent=20.0, test_drop_seed=3)
-    client, session = await connected(gateway)
+    with aiortc_compat.fixed_start_sequence(first_seq):
+        client, session = await connected(gateway)
     try:
         await client.capture.wait_packets(40)
+        assert client.capture.packets[0].seq % 65536 == first_seq
         have = {p.seq % 65536 for p in client.capture.packets}
         newest = session.webrtc.store.newest_seq
         lost = next(s for s in ((newest - k) & 0xFFFF for k in range(1, 40)) if s not in have)
         ssrc = client.capture.packets[0].ssrc
-        # 3000 packets back is past SRTP's 1024-packet replay window: those misses' concealments
-        # cannot be protected. The lost packet asked for after them must still be resent.
         seqs = [(newest - 3000) & 0xFFFF, (newest - 3001) & 0xFFFF, lost]
         receiver = client.pc.getTransceivers()[0].receiver
         await aiortc_compat.send_unprotected(receiver.transport, build_nack_packet(1, ssrc, seqs))
         await asyncio.wait_for(client.capture.wait_for_seq(lost), 5)
+        after = client.capture.count
+        await asyncio.wait_for(client.capture.wait_packets(after + 10), 5)  # still decrypting
+        assert min(p.seq for p in client.capture.packets) == first_seq  # nothing from before
         nack = (await client.state())["nack"]
-        assert nack["misses"] == 2 and nack["send_failed"] == 2 and nack["hits"] == 1
+        assert nack["misses"] == 2 and nack["too_old"] == 2 and nack["hits"] == 1
+        assert nack["send_failed"] == 0
     finally:
         await client.close()
 

@@ -8,13 +8,14 @@ number (``NackResponder`` decides, with a 40 ms -> 1 s back-off per packet):
 - hit on speech cut off by barge-in: not resent -- a concealment packet instead;
 - miss (older than the store's 5 s, or never sent): a concealment packet carrying that sequence
   number and its timestamp, whose Opus payload (a lone TOC byte, zero-length frame) makes the
-  decoder run PLC, so the receiver stops asking and conceals;
+  decoder run PLC, so the receiver stops asking and conceals -- only for a seq this stream sent
+  and within SRTP's replay window (``too_old`` counts the rest, which are not answered);
 - rate-limited (a resend or concealment of that seq too recently, or the per-second cap on
   answers reached): nothing.
 Both send paths share this (it works on the ``RtpSink``'s store: every packet is resent as the
 bytes rebuilt from the stream's header template). A malformed RTCP datagram is counted and
-dropped; an answer that cannot be sent (a concealment too old for SRTP's replay window, say) is
-counted and the rest of the NACK is still answered; nothing raises into aiortc.
+dropped; an answer that cannot be sent (the transport refused it, say) is counted and the rest of
+the NACK is still answered; nothing raises into aiortc.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ from gateway.runtime.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
+#: aiortc's SRTP replay window (``tx_policy.window_size`` in rtcdtlstransport.py), in packets.
+SRTP_REPLAY_WINDOW = 1024
+
 
 @dataclass
 class RetransmissionCounters:
@@ -66,6 +70,7 @@ class RetransmissionCounters:
     cancelled: int = 0  # speech cut off by barge-in: concealment instead of a resend
     concealments_sent: int = 0
     send_failed: int = 0  # answers that could not be protected or sent
+    too_old: int = 0  # misses not concealed: before the stream's first packet or past SRTP's window
     reports: int = 0  # receiver report blocks about our stream
     malformed: int = 0
     foreign_ssrc: int = 0  # NACKs for a stream that is not ours
@@ -229,6 +234,14 @@ class Retransmitter:
             return None
         age = seq_diff(newest.seq, seq)
         if age < 0:  # a sequence number we have not reached: nothing to conceal
+            return None
+        if age >= min(self.store.recorded, SRTP_REPLAY_WINDOW - 1):
+            # Never protect a sequence number this stream did not send or SRTP no longer
+            # accepts: libsrtp estimates its index from the last one, and a seq from before
+            # the stream's first packet (while that index is below 2^15) moves the index and
+            # rollover counter forward -- should that packet be lost, every later one fails
+            # the listener's authentication.
+            self.counters.too_old += 1
             return None
         timestamp = (newest.timestamp - age * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         opus = newest.payload
