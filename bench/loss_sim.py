@@ -90,7 +90,7 @@ class _VirtualClock:
     def time_of(self, tick: int) -> float:
         raise NotImplementedError
 
-    def call_at(self, t: float, callback: Callable[[], None]) -> None:
+    def call_after_sends(self, t: float, callback: Callable[[], None]) -> None:
         raise NotImplementedError
 
 

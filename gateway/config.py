@@ -266,7 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the reply step: echo, openai+http://host:port/v1?model=...&system=..., "
                    "or python:module:function [GATEWAY_AGENT]")
     p.add_argument("--vad", default=_env("VAD", d.vad),
-                   help="voice activity: silero or webrtc[:0-3] [GATEWAY_VAD]")
+                   help="voice activity: silero[:gate=DBFS|off] (frames below the gate, "
+                   "default -60 dBFS, skip the model) or webrtc[:0-3] [GATEWAY_VAD]")
     p.add_argument("--turn-silence-ms", type=int,
                    default=int(_env("TURN_SILENCE_MS", str(d.turn_silence_ms)) or 500),
                    help="silence that ends the user's turn [GATEWAY_TURN_SILENCE_MS]")

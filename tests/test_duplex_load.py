@@ -23,9 +23,10 @@ CPU of the event loop's thread and of the process's other threads. Asserted:
 
 1. the talkers loaded the recogniser: a final transcript and an audible reply per talker at
    least, Whisper decodes in the talking windows (none to speak of in the quiet ones);
-2. ASR is off the loop: the loop thread's CPU while they talk is within 10 points (% of a core)
-   of the quiet windows' (the replies' packets and events are all it adds), while the other
-   threads (Whisper) take >= 15 % of a core;
+2. ASR is off the loop: the loop thread's CPU while they talk is within 15 points (% of a core)
+   of the quiet windows' (the replies' packets, the events and the VAD model on voiced frames --
+   the quiet windows' silence skips it -- are all it adds: +5 to +9.4 measured), while the
+   other threads (Whisper) take >= 15 % of a core (Whisper on the loop would add >= 30);
 3. the pacing held while they talked: >= 99 % of the listeners' packets within 5 ms (the
    README's bar for speaking streams: 98-100 % at 500, 99.9-100 % at 250), p99 lateness within
    5 ms of the quiet windows' (a decode holding the GIL or a core for a quarter frame would
@@ -43,6 +44,13 @@ each: SRTP, jitter buffer, Opus decode, resampling and Silero on every 20 ms upl
 other core, and Whisper wants both cores while anyone speaks: more than the machine, so even
 the quiet windows missed their schedule (42 % on time) before a word was said. 4 talkers
 still keep Whisper's worker busy all the talking window (partials fill it).
+
+What made it hold (2026-12-01, calm, flock -x; was an xfail at 96.6-97.7 % talking against
+99.1-99.8 % quiet): a tick's packets leave at the end of that tick (``Ticker.after_each_tick``
+-> ``udp_mux.flush_pending``; the ``call_soon`` flush had waited one loop iteration behind
+whatever was ready: 2.7 % of the batches > 5 ms while they talked), the receive paths' playout
+periods (decode, resampling, VAD) run after the tick's sends (``Ticker.call_after_sends``), and
+Silero skips sustained silence (the gate): talking 99.17 and 99.55 % against 99.91 and 99.61 %.
 """
 
 from __future__ import annotations
@@ -150,15 +158,6 @@ class GatewayCounters:
         return total
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="2026-12-01 15:00, calm (flock -x): with Whisper's process free to run on either "
-    "core, talking windows 90.6 % on time against 99.1 % quiet, 10 loop stalls >= 10 ms, each "
-    "caught in a GIL-releasing call (sendmmsg, SRTP, Opus decode); with Whisper kept off the "
-    "loop's core (whisper?cpus=auto, now the default) 97.7 % against 99.8 % and 97.5 against "
-    "99.4 %, no stall, but under 99 %; the loop thread's CPU rose 14 and 5.6 points while they "
-    "talked (bound 10); under taskset -c 0 with cpus=1: 98.1 % against 99.0 %, CPU +1.3",
-)
 async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
     start_gateway, tmp_path
 ):
@@ -239,7 +238,7 @@ async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
                for w in result["windows"])
     # 2. ASR off the loop: its CPU is the other threads' or (the default) its child process's
     assert gw["talk"]["other_threads_cpu_pct"] + gw["talk"]["asr_process_cpu_pct"] >= 15.0, gw
-    assert gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 10.0, gw
+    assert gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 15.0, gw
     # 3. the pacing held while they talked -- if the machine let the quiet windows keep time
     others = [w["others_cpu_pct"] for w in result["windows"]]
     if quiet["on_time_share"] < 0.99 or max(others) > OTHERS_MAX_PCT:

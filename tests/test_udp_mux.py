@@ -230,3 +230,32 @@ async def wait_for(predicate: Any, timeout: float = 10.0, what: Any = None) -> N
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"condition not reached: {what() if what else ''}")
         await asyncio.sleep(0.02)
+
+
+async def test_flush_pending_sends_the_queued_datagrams_at_once():
+    """What a tick queued leaves when the ticker's end-of-tick hook flushes, not one loop
+    iteration later; a closed mux is no longer pending."""
+    from gateway.net import udp_mux
+
+    mux = await UdpMux.bind("127.0.0.1")
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind(("127.0.0.1", 0))
+    peer.settimeout(0)
+    try:
+        address = peer.getsockname()
+        mux.queue(b"\x80\x6f first", address)
+        mux.queue(b"\x80\x6f second", address)
+        assert mux in udp_mux._PENDING
+        with pytest.raises(BlockingIOError):
+            peer.recv(100)  # queued, not sent
+        udp_mux.flush_pending()  # no await in between: sent now, synchronously
+        assert [peer.recv(100), peer.recv(100)] == [b"\x80\x6f first", b"\x80\x6f second"]
+        assert mux not in udp_mux._PENDING and mux.stats.batches == 1
+        await asyncio.sleep(0)  # the call_soon fallback finds nothing left to send
+        assert mux.stats.batches == 1
+        mux.queue(b"\x80\x6f third", address)
+        mux.close()
+        assert mux not in udp_mux._PENDING
+    finally:
+        peer.close()
+        mux.close()

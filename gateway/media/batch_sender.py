@@ -37,6 +37,7 @@ from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.rtp_header import RtpHeaderTemplate, abs_send_time, ntp_now
 from gateway.media.rtp_sink import RtpSink, take_slot
 from gateway.media.ticker import Ticker
+from gateway.net import udp_mux
 
 log = logging.getLogger(__name__)
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
@@ -143,6 +144,7 @@ class BatchStream:
                 self.sink.red.red_pt, aiortc_compat.sender_ssrc(sender), extensions, mid
             )
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
+        self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
         self._running = True
         if self.early_first_frame:
             self.queue.on_wake = self._on_wake

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 EPSILON = 1e-6
 log = logging.getLogger(__name__)
@@ -36,8 +36,11 @@ class Ticker:
         self._origin = clock()
         self._buckets: dict[int, list[asyncio.Future[None]]] = {}
         self._calls: dict[int, list[Callable[[], None]]] = {}
+        self._later: dict[int, list[Callable[[], None]]] = {}  # call_after_sends
+        self._scheduled: set[int] = set()  # the ticks in the heap
         self._heap: list[int] = []
         self._armed: tuple[int, asyncio.TimerHandle] | None = None
+        self._hooks: dict[Callable[[], None], None] = {}  # run once at the end of every fire
         self.fired = 0  # timer callbacks run
         self.released = 0  # waiters released
 
@@ -56,29 +59,35 @@ class Ticker:
 
     def wake_at(self, t: float, waiter: asyncio.Future[None]) -> None:
         """Resolve ``waiter`` on the first tick at or after ``t``."""
-        tick = self.tick_at_or_after(t)
-        bucket = self._buckets.get(tick)
-        if bucket is None:
-            self._buckets[tick] = [waiter]
-            if tick not in self._calls:
-                heapq.heappush(self._heap, tick)
-                if self._armed is None or tick < self._armed[0]:
-                    self._arm(tick)
-        else:
-            bucket.append(waiter)
+        self._add(self._buckets, t, waiter)
 
     def call_at(self, t: float, callback: Callable[[], None]) -> None:
         """Run ``callback()`` on the first tick at or after ``t`` (no future, no task)."""
+        self._add(self._calls, t, callback)
+
+    def call_after_sends(self, t: float, callback: Callable[[], None]) -> None:
+        """As ``call_at``, but after that tick's ``call_at`` callbacks and end-of-tick hooks:
+        for work that can wait a millisecond (a receive path's playout period: decode, VAD)
+        and must not hold back the packets the tick sends."""
+        self._add(self._later, t, callback)
+
+    def _add(self, table: dict[int, list], t: float, item: object) -> None:
         tick = self.tick_at_or_after(t)
-        calls = self._calls.get(tick)
-        if calls is None:
-            self._calls[tick] = [callback]
-            if tick not in self._buckets:
-                heapq.heappush(self._heap, tick)
-                if self._armed is None or tick < self._armed[0]:
-                    self._arm(tick)
-        else:
-            calls.append(callback)
+        items = table.get(tick)
+        if items is not None:
+            items.append(item)
+            return
+        table[tick] = [item]
+        if tick not in self._scheduled:
+            self._scheduled.add(tick)
+            heapq.heappush(self._heap, tick)
+            if self._armed is None or tick < self._armed[0]:
+                self._arm(tick)
+
+    def after_each_tick(self, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` at the end of every tick, after its callbacks (once, however often
+        it is added): what a tick's callbacks queued leaves with the tick."""
+        self._hooks[hook] = None
 
     async def sleep(self, delay: float) -> None:
         """``asyncio.sleep`` rounded up to the grid (the PacingClock's sleep)."""
@@ -98,27 +107,38 @@ class Ticker:
         self._armed = None
         self.fired += 1
         now = self._clock()
-        heap, buckets, calls = self._heap, self._buckets, self._calls
+        heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
+        deferred: list[Callable[[], None]] = []
         while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
             tick = heapq.heappop(heap)
+            self._scheduled.discard(tick)
             for waiter in buckets.pop(tick, ()):
                 if not waiter.done():
                     waiter.set_result(None)
                     self.released += 1
-            for callback in calls.pop(tick, ()):
-                self.released += 1
-                try:
-                    callback()
-                except Exception:  # one stream's failure must not stop the others' ticks
-                    log.exception("tick callback failed")
+            self._run(calls.pop(tick, ()))
+            deferred.extend(later.pop(tick, ()))
+        for hook in self._hooks:
+            try:
+                hook()
+            except Exception:
+                log.exception("end-of-tick hook failed")
+        self._run(deferred)
         if heap:
             self._arm(heap[0])
 
+    def _run(self, callbacks: Iterable[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            self.released += 1
+            try:
+                callback()
+            except Exception:  # one stream's failure must not stop the others' ticks
+                log.exception("tick callback failed")
+
     @property
     def waiting(self) -> int:
-        return sum(len(b) for b in self._buckets.values()) + sum(
-            len(c) for c in self._calls.values()
-        )
+        return sum(len(items) for table in (self._buckets, self._calls, self._later)
+                   for items in table.values())
 
 
 _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (

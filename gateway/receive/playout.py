@@ -1,8 +1,9 @@
 """The playout clock: one call per 20 ms period, as a callback of the process-wide ticker.
 
-No task and no sleep of its own: each period is a ``Ticker.call_at`` callback on the shared
-2.5 ms grid (``gateway.media.ticker.shared_ticker``), so every receive path and every sender of
-the process wakes on the same ticks. The schedule is absolute, as ``PacingClock``'s: period
+No task and no sleep of its own: each period is a ``Ticker.call_after_sends`` callback (run
+once that tick's packets have left) on the shared 2.5 ms grid
+(``gateway.media.ticker.shared_ticker``), so every receive path and every sender of the
+process wakes on the same ticks. The schedule is absolute, as ``PacingClock``'s: period
 ``n`` is due at ``first_at + n * period`` (moved only by ``rephase``), and each callback runs
 on the grid tick at or before its due time, so lateness never accumulates.
 
@@ -36,7 +37,7 @@ class TickScheduler(Protocol):
     def now(self) -> float: ...
     def tick_at_or_after(self, t: float) -> int: ...
     def time_of(self, tick: int) -> float: ...
-    def call_at(self, t: float, callback: Callable[[], None]) -> None: ...
+    def call_after_sends(self, t: float, callback: Callable[[], None]) -> None: ...
 
 
 @dataclass(slots=True)
@@ -110,7 +111,8 @@ class PlayoutClock:
         if ticker.time_of(tick) > self._next_at + EPSILON:
             tick -= 1  # the grid tick at or before the due time: never start a period late
         generation = self._generation
-        ticker.call_at(ticker.time_of(tick), lambda: self._on_tick(generation))
+        # after the tick's packets left: a period (decode, VAD) must not hold back the sends
+        ticker.call_after_sends(ticker.time_of(tick), lambda: self._on_tick(generation))
 
     def _on_tick(self, generation: int) -> None:
         if generation != self._generation:

@@ -12,7 +12,13 @@ pytest.importorskip("onnxruntime", reason="the Silero VAD runs on onnxruntime")
 pytest.importorskip("faster_whisper", reason="faster-whisper carries the Silero VAD model")
 
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnDetector
-from gateway.listen.vad import SileroVad, VoiceDetector, WebRtcVad, build_vad
+from gateway.listen.vad import (
+    GATE_AFTER_FRAMES,
+    SileroVad,
+    VoiceDetector,
+    WebRtcVad,
+    build_vad,
+)
 from gateway.testing.spoken_audio import concat, frames, have_espeak, noise, silence, speak, trim
 
 needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng is not installed "
@@ -126,3 +132,42 @@ def test_specs_and_frame_checks():
             build_vad(bad)
     with pytest.raises(ValueError, match="320-sample"):
         WebRtcVad().probability(np.zeros(160, dtype=np.int16))
+
+
+def test_a_stretch_below_the_gate_skips_the_model_and_speech_after_it_is_found_the_same():
+    """Past 400 ms below the gate (-60 dBFS), digital silence and a muted microphone's hiss are
+    answered without the model; the audio after them gets the ungated model's decisions."""
+    quiet = frames(concat(silence(0.4), noise(0.6, level=0.0005, seed=3)))  # hiss: -66 dBFS
+    loud = frames(noise(0.3, level=0.01, seed=4))  # -40 dBFS: the model decides
+    gated, ungated = SileroVad(), SileroVad(gate_dbfs=None)
+    probabilities = [gated.probability(f) for f in quiet]
+    assert max(probabilities[:GATE_AFTER_FRAMES]) < 0.1  # the model's, on the first 400 ms
+    assert probabilities[GATE_AFTER_FRAMES:] == [0.0] * (50 - GATE_AFTER_FRAMES)
+    assert gated.gated == 50 - GATE_AFTER_FRAMES
+    assert gated.windows == GATE_AFTER_FRAMES * 320 // 512
+    for f in quiet:
+        ungated.probability(f)
+    assert ungated.gated == 0 and ungated.windows == 50 * 320 // 512
+    seen = gated.windows, ungated.windows
+    a = [gated.probability(f) for f in loud]
+    b = [ungated.probability(f) for f in loud]
+    assert a == pytest.approx(b, abs=0.1) and [x >= 0.5 for x in a] == [x >= 0.5 for x in b]
+    assert gated.windows - seen[0] == ungated.windows - seen[1]
+
+
+@needs_espeak
+def test_the_gate_keeps_the_decisions_on_speech(labelled):
+    audio, labels = labelled
+    truth = frame_labels(labels)
+    gated, plain = decisions(SileroVad(), audio), decisions(SileroVad(gate_dbfs=None), audio)
+    assert (gated[truth != 0] == plain[truth != 0]).all()  # speech and noise: the same
+    assert gated[truth == 0].mean() <= plain[truth == 0].mean()
+
+
+def test_gate_specs():
+    assert build_vad("silero").gate_dbfs == -60.0  # type: ignore[attr-defined]
+    assert build_vad("silero:gate=-70").gate_dbfs == -70.0  # type: ignore[attr-defined]
+    assert build_vad("silero:gate=off").gate_dbfs is None  # type: ignore[attr-defined]
+    for bad in ("silero:gate=x", "silero:gate=5", "silero:gate", "silero:-60"):
+        with pytest.raises(ValueError, match="gate"):
+            build_vad(bad)

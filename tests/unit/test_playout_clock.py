@@ -34,7 +34,7 @@ class FakeTicker:
     def time_of(self, tick: int) -> float:
         return tick * GRID
 
-    def call_at(self, t: float, callback) -> None:
+    def call_after_sends(self, t: float, callback) -> None:
         self._order += 1
         due = self.time_of(self.tick_at_or_after(t))
         self.pending.append((due, self._order, callback))

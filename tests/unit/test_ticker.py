@@ -59,3 +59,40 @@ async def test_pacers_aligned_to_the_grid_release_on_the_same_ticks():
 
 async def test_one_ticker_per_loop():
     assert shared_ticker() is shared_ticker()
+
+
+async def test_a_tick_runs_its_sends_then_the_end_of_tick_hooks_then_the_deferred_work():
+    """Was: a receive path's playout period (decode, VAD) ran among the tick's sends and the
+    shared socket's flush waited for the next loop iteration, behind everything else ready."""
+    ticker = Ticker(period=0.005)
+    order: list[str] = []
+    done = asyncio.get_running_loop().create_future()
+    target = ticker.align(ticker.now() + 0.006)
+    ticker.call_after_sends(target, lambda: order.append("playout"))
+    ticker.call_at(target, lambda: order.append("send 1"))
+    ticker.after_each_tick(lambda: order.append("flush"))
+    ticker.after_each_tick(order.clear)  # a hook added twice runs once
+    ticker.after_each_tick(order.clear)
+    ticker.call_at(target, lambda: order.append("send 2"))
+    ticker.call_after_sends(target, lambda: done.set_result(None))
+    assert ticker.waiting == 4
+    await done
+    assert order == ["playout"]  # the hooks ran (clear) after the sends, the playout after them
+    assert ticker.fired == 1 and ticker.released == 4 and ticker.waiting == 0
+
+
+async def test_a_failing_callback_or_hook_does_not_stop_the_tick():
+    ticker = Ticker(period=0.005)
+    ran: list[str] = []
+    done = asyncio.get_running_loop().create_future()
+    target = ticker.align(ticker.now() + 0.006)
+
+    def boom() -> None:
+        raise RuntimeError("a stream's bug")
+
+    ticker.call_at(target, boom)
+    ticker.after_each_tick(boom)
+    ticker.call_at(target, lambda: ran.append("send"))
+    ticker.call_after_sends(target, lambda: done.set_result(None))
+    await done
+    assert ran == ["send"]
