@@ -14,7 +14,7 @@
 import { peakFrequency, rmsOf } from "./analysis.js";
 
 export const CONTEXT_RATE = 48_000;
-export const RING_FRAMES = 4; // the PCM ring in the worklet, in 20 ms frames
+export const RING_FRAMES = 8; // the PCM ring in the worklet, in 20 ms frames
 const WORKLET_URL = new URL("./http-playout-worklet.js", import.meta.url);
 
 /** Level and spectrum of one source: a short window for level, a long FFT for the peak. */

@@ -1,9 +1,9 @@
 // The HTTP stream's playout, on the audio thread: an AudioWorkletProcessor ("http-playout") that
-// plays decoded 20 ms PCM frames from a ring of at most `ringFrames` (4), posted by the main
+// plays decoded 20 ms PCM frames from a ring of at most `ringFrames` (8), posted by the main
 // thread (http-stream.js), and reports back what the graph actually rendered.
 //
 // Messages in (each carries the play's `id`; anything for another id is stale and ignored):
-//   {type: "start", id}          a new play: forget the old one
+//   {type: "start", id, frames}  a new play: forget the old one; play once `frames` are in
 //   {type: "pcm", id, pcm}       one decoded frame (Float32Array at the context's rate)
 //   {type: "end", id}            no more frames: an empty ring is then the end, not an underrun
 //   {type: "stop", id}           drop everything now
@@ -21,13 +21,14 @@ const AUDIBLE = 0.05; // −26 dBFS, the page's onset threshold for the WebRTC s
 class HttpPlayout extends AudioWorkletProcessor {
   constructor(options) {
     super();
-    this.capacity = options?.processorOptions?.ringFrames ?? 4;
+    this.capacity = options?.processorOptions?.ringFrames ?? 8;
     this.reset(0);
     this.port.onmessage = (event) => this.onMessage(event.data);
   }
 
-  reset(id) {
+  reset(id, startFrames = 1) {
     this.id = id;
+    this.startLevel = Math.max(1, Math.min(startFrames, this.capacity)); // frames before the first sample
     this.ring = []; // Float32Array frames, oldest first
     this.offset = 0; // samples of ring[0] already played
     this.active = id !== 0; // a play is on (between start and drained/stop)
@@ -43,7 +44,7 @@ class HttpPlayout extends AudioWorkletProcessor {
 
   onMessage(m) {
     if (m.type === "start" || m.type === "stop") {
-      this.reset(m.type === "start" ? m.id : 0);
+      this.reset(m.type === "start" ? m.id : 0, m.frames ?? 1);
       return;
     }
     if (m.id !== this.id || !this.active) return;
@@ -70,6 +71,10 @@ class HttpPlayout extends AudioWorkletProcessor {
     const out = outputs[0][0];
     const n = out.length;
     let i = 0;
+    if (!this.playing && !this.ended && this.ring.length < this.startLevel) {
+      out.fill(0); // not started yet: the start level is not decoded
+      return true;
+    }
     while (i < n && this.ring.length > 0) {
       const frame = this.ring[0];
       const take = Math.min(n - i, frame.length - this.offset);
