@@ -37,7 +37,8 @@ class Ticker:
         self._buckets: dict[int, list[asyncio.Future[None]]] = {}
         self._calls: dict[int, list[Callable[[], None]]] = {}
         self._later: dict[int, list[Callable[[], None]]] = {}  # call_after_sends
-        self._scheduled: set[int] = set()  # the ticks in the heap
+        # a tick is in the heap while any of these holds it
+        self._tables: tuple[dict[int, list], ...] = (self._buckets, self._calls, self._later)
         self._heap: list[int] = []
         self._armed: tuple[int, asyncio.TimerHandle] | None = None
         self._hooks: dict[Callable[[], None], None] = {}  # run once at the end of every fire
@@ -77,9 +78,9 @@ class Ticker:
         if items is not None:
             items.append(item)
             return
+        new = all(tick not in other for other in self._tables)
         table[tick] = [item]
-        if tick not in self._scheduled:
-            self._scheduled.add(tick)
+        if new:
             heapq.heappush(self._heap, tick)
             if self._armed is None or tick < self._armed[0]:
                 self._arm(tick)
@@ -111,34 +112,31 @@ class Ticker:
         deferred: list[Callable[[], None]] = []
         while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
             tick = heapq.heappop(heap)
-            self._scheduled.discard(tick)
-            for waiter in buckets.pop(tick, ()):
+            # out of every table before anything runs: a callback may add to this tick again
+            waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())
+            deferred.extend(later.pop(tick, ()))
+            for waiter in waiters:
                 if not waiter.done():
                     waiter.set_result(None)
                     self.released += 1
-            self._run(calls.pop(tick, ()))
-            deferred.extend(later.pop(tick, ()))
-        for hook in self._hooks:
-            try:
-                hook()
-            except Exception:
-                log.exception("end-of-tick hook failed")
+            self._run(due)
+        self._run(self._hooks, released=False, failed="end-of-tick hook failed")
         self._run(deferred)
         if heap:
             self._arm(heap[0])
 
-    def _run(self, callbacks: Iterable[Callable[[], None]]) -> None:
+    def _run(self, callbacks: Iterable[Callable[[], None]], released: bool = True,
+             failed: str = "tick callback failed") -> None:
         for callback in callbacks:
-            self.released += 1
+            self.released += released
             try:
                 callback()
             except Exception:  # one stream's failure must not stop the others' ticks
-                log.exception("tick callback failed")
+                log.exception(failed)
 
     @property
     def waiting(self) -> int:
-        return sum(len(items) for table in (self._buckets, self._calls, self._later)
-                   for items in table.values())
+        return sum(len(items) for table in self._tables for items in table.values())
 
 
 _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (

@@ -173,7 +173,6 @@ class UdpMux:
         self._batch: list[bytes] = []
         self._batch_addresses: list[Address] = []
         self._names: dict[Address, tuple[Any, int] | None] = {}
-        self._flush_scheduled = False
         self._batch_socket: sendmmsg.BatchSocket | None = None
         self.use_sendmmsg = True
 
@@ -344,8 +343,7 @@ class UdpMux:
         (``flush_pending``), or in the next loop iteration if no tick comes first."""
         self._batch.append(data)
         self._batch_addresses.append(addr)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
+        if self not in _PENDING:  # the batch's first datagram
             _PENDING.add(self)
             self.loop.call_soon(self.flush)
         elif len(self._batch) >= sendmmsg.MAX_BATCH:
@@ -353,7 +351,6 @@ class UdpMux:
 
     def flush(self) -> None:
         """Send every queued datagram now."""
-        self._flush_scheduled = False
         _PENDING.discard(self)
         batch, addresses = self._batch, self._batch_addresses
         if not batch:

@@ -96,3 +96,15 @@ async def test_a_failing_callback_or_hook_does_not_stop_the_tick():
     ticker.call_after_sends(target, lambda: done.set_result(None))
     await done
     assert ran == ["send"]
+
+
+async def test_a_callback_may_add_to_the_tick_that_runs_it():
+    """Every table lets go of a tick before its callbacks run: one added to the same tick from
+    inside it (a deferred callback of that tick pending) is run, not lost."""
+    ticker = Ticker(period=0.005)
+    done = asyncio.get_running_loop().create_future()
+    target = ticker.align(ticker.now() + 0.006)
+    ticker.call_after_sends(target, lambda: None)
+    ticker.call_at(target, lambda: ticker.call_at(target, lambda: done.set_result(None)))
+    await asyncio.wait_for(done, 1)
+    assert ticker.waiting == 0
