@@ -78,7 +78,10 @@ async def measure_with(start_gateway, page, overrides: dict) -> dict:
         "nack_count": None if b["nackCount"] is None else delta("nackCount"),
         "packets_sent": b_state["packets_sent"] - a_state["packets_sent"],
         "gateway": counters,
-        "jitter_buffer_ms": b["jitterBufferMs"],
+        "jitter_buffer_ms": b["jitterBufferMs"],  # average since the start
+        # Chromium's average jitter-buffer delay over the measured window alone
+        "window_jitter_buffer_ms": 1000 * delta("jitterBufferDelay")
+        / max(1, delta("jitterBufferEmittedCount")),
         "dtls_released": b_state.get("dtls_released"),
         "audio_level": b.get("audioLevel"),
         "red": b_state.get("red"),

@@ -9,6 +9,12 @@
   test-only ``test_repair_delay_ms``: on loopback a NACK's round trip is otherwise a
   millisecond and NACK alone repairs everything in time), Chromium conceals less with RED than
   with NACK alone -- redundancy arrives 20 ms after a loss, a repair only a round trip later.
+  Unless Chromium's NetEq has grown its buffer past that round trip, which it does in about one
+  run in five (measured: NACK alone 3.1 % concealed at a 224 ms buffer, against its usual
+  9.5-9.8 % at 44-77 ms; RED + NACK 4.2-4.4 % at 53-66 ms): then the late repairs play in time,
+  paid for in delay. So RED + NACK conceals less, or NACK alone's buffer held the repair delay
+  and RED + NACK's was at least ``DELAY_MARGIN_MS`` shorter; either way RED + NACK rebuilds
+  bursts as RED alone does.
   The audio keeps its level in every run.
 """
 
@@ -23,17 +29,20 @@ pytestmark = pytest.mark.browser
 BURSTY = {"test_drop_first_tx_percent": 10.0, "test_drop_burst": 3.0, "test_drop_seed": 11}
 RED = {"red_distance": 2, "red_adaptive": False}
 NO_RED = {"red_distance": 0}
+REPAIR_DELAY_MS = 150.0
+DELAY_MARGIN_MS = 50.0  # a third of the repair delay
 
 
 async def test_red_rebuilds_bursts_in_chromium(start_gateway, browser, page):
     runs = {}
     for name, options in (("red", {**RED, "answer_nack": False}),
                           ("none", {**NO_RED, "answer_nack": False}),
-                          ("red+nack", {**RED, "test_repair_delay_ms": 150.0}),
-                          ("nack", {**NO_RED, "test_repair_delay_ms": 150.0})):
+                          ("red+nack", {**RED, "test_repair_delay_ms": REPAIR_DELAY_MS}),
+                          ("nack", {**NO_RED, "test_repair_delay_ms": REPAIR_DELAY_MS})):
         target = page if not runs else await new_page(browser)
         runs[name] = await measure_with(start_gateway, target, {**BURSTY, **options})
         print(f"\n{name}: concealed {runs[name]['concealed_pct']:.2f} %, "
+              f"jitter buffer {runs[name]['window_jitter_buffer_ms']:.0f} ms, "
               f"NACKs {runs[name]['nack_count']}, red {runs[name]['red']}")
     for run in runs.values():
         assert 6 < 100 * run["gateway"]["test_dropped"] / run["packets_sent"] < 15, run
@@ -41,4 +50,9 @@ async def test_red_rebuilds_bursts_in_chromium(start_gateway, browser, page):
     assert runs["none"]["concealed_pct"] > 4.0, runs["none"]
     assert runs["red"]["concealed_pct"] < runs["none"]["concealed_pct"] * 0.65, runs
     assert runs["red"]["red"]["red_packets"] > 400
-    assert runs["red+nack"]["concealed_pct"] < runs["nack"]["concealed_pct"], runs
+    both, nack = runs["red+nack"], runs["nack"]
+    assert both["concealed_pct"] < runs["none"]["concealed_pct"] * 0.65, runs
+    assert both["concealed_pct"] < nack["concealed_pct"] or (
+        nack["window_jitter_buffer_ms"] >= REPAIR_DELAY_MS
+        and both["window_jitter_buffer_ms"] + DELAY_MARGIN_MS < nack["window_jitter_buffer_ms"]
+    ), runs
