@@ -4,8 +4,8 @@ It sends one ``POST`` (JSON body, ``Connection: close``), reads the response hea
 chunked transfer coding and counts the audio units in the body as they complete, recording
 the arrival time (``time.monotonic()`` when ``data_received`` ran) of each:
 
-- ``frames``: the gateway's framed stream (gateway/stream/frame_records.py): after the 12-byte
-  stream header, each ``0x01`` frame record is one unit; ``0x02``/``0x03`` end the stream;
+- ``frames``: the gateway's framed stream (gateway/stream/frame_records.py): after the stream
+  header (12 or 14 bytes, by its version byte), each ``0x01`` frame record is one unit; ``0x02``/``0x03`` end the stream;
 - ``ogg``: Ogg pages (RFC 3533); the first two (OpusHead, OpusTags) and empty pages (the EOS
   page) are not audio, every other page is one unit (the gateway writes one page per frame).
 
@@ -23,7 +23,7 @@ import time
 from array import array
 from typing import Any
 
-FRAMES_HEADER_BYTES = 12
+FRAMES_HEADER_BYTES = {1: 12, 2: 14}  # by version (the byte after the magic)
 OGG_HEADER_PAGES = 2
 
 
@@ -131,9 +131,12 @@ class AudioStreamReader(asyncio.Protocol):
         p = 0
         if not self._body_started:
             if self.kind == "frames":
-                if n < FRAMES_HEADER_BYTES:
+                if n < 5 or n < (p := FRAMES_HEADER_BYTES.get(body[4], 0)):
                     return
-                p = FRAMES_HEADER_BYTES
+                if not p:
+                    self.error = f"unknown frame stream version {body[4]}"
+                    self.close()
+                    return
             self._body_started = True
         arrivals = self.arrivals
         if self.kind == "frames":

@@ -1,10 +1,12 @@
-// The gateway's framed Opus stream (application/vnd.voice-gateway.opus-frames, version 1), parsed
+// The gateway's framed Opus stream (application/vnd.voice-gateway.opus-frames, version 2), parsed
 // incrementally: push() the bytes as fetch() delivers them, in any chunking; next() hands out
 // one complete record at a time (or null until more bytes come), so the caller decides how many
 // it takes: the reader stops pulling records while its jitter buffer is full.
 //
 // The layout (gateway/stream/frame_records.py; all integers unsigned big-endian):
-//   header  "VGOF", version u8 (1), sample rate u32, frame ms u16, channels u8     12 bytes, once
+//   header  "VGOF", version u8 (2), sample rate u32, frame ms u16, channels u8,
+//           pre-skip u16 (48 kHz samples to drop, as in an OpusHead)     14 bytes, once
+//           (version 1: no pre-skip, 12 bytes; still read, preSkip null)
 //   frame   0x01, sequence u16, timestamp u32 (48 kHz, +960 a frame), length u16, Opus bytes
 //   end     0x02                                            the stream ended normally
 //   error   0x03, length u16, UTF-8 JSON {"code", "message"}   the stream ended on this error
@@ -13,7 +15,7 @@
 // failed.
 
 export const MEDIA_TYPE = "application/vnd.voice-gateway.opus-frames";
-export const VERSION = 1;
+export const VERSION = 2;
 export const TYPE_FRAME = 0x01;
 export const TYPE_END = 0x02;
 export const TYPE_ERROR = 0x03;
@@ -21,7 +23,7 @@ export const MAX_FRAME_BYTES = 1275; // one Opus packet at most (RFC 6716)
 export const MAX_ERROR_BYTES = 4096;
 
 const MAGIC = [0x56, 0x47, 0x4f, 0x46]; // "VGOF"
-const HEADER_BYTES = 12;
+const HEADER_BYTES = { 1: 12, 2: 14 }; // by version
 const FRAME_HEAD_BYTES = 9;
 const ERROR_HEAD_BYTES = 3;
 
@@ -38,7 +40,7 @@ export class FrameParser {
     this.buf = new Uint8Array(8192);
     this.start = 0; // first unread byte
     this.end = 0; // one past the last byte held
-    this.header = null; // {version, sampleRate, frameMs, channels}
+    this.header = null; // {version, sampleRate, frameMs, channels, preSkip}
     this.nextSequence = null;
     this.done = false; // the end or error record was read
     this.failed = null; // the MalformedStream that stopped it
@@ -76,7 +78,7 @@ export class FrameParser {
 
   /**
    * The next complete record, or null when more bytes are needed (or the stream is over):
-   *   {type: "header", version, sampleRate, frameMs, channels}   always first
+   *   {type: "header", version, sampleRate, frameMs, channels, preSkip}   always first
    *   {type: "frame", sequence, timestamp, data}                 data: a Uint8Array of its own
    *   {type: "end"} | {type: "error", code, message}             last
    */
@@ -162,18 +164,21 @@ export class FrameParser {
         throw new MalformedStream("not a voice-gateway opus-frames stream (bad magic)");
       }
     }
-    if (held < HEADER_BYTES) return null;
-    const view = new DataView(buf.buffer, buf.byteOffset + start, HEADER_BYTES);
-    const version = view.getUint8(4);
+    if (held <= MAGIC.length) return null;
+    const version = buf[start + MAGIC.length];
+    const size = HEADER_BYTES[version];
+    if (size === undefined) throw new MalformedStream(`unsupported stream version ${version}`);
+    if (held < size) return null;
+    const view = new DataView(buf.buffer, buf.byteOffset + start, size);
     const sampleRate = view.getUint32(5);
     const frameMs = view.getUint16(9);
     const channels = view.getUint8(11);
-    if (version !== VERSION) throw new MalformedStream(`unsupported stream version ${version}`);
+    const preSkip = version >= 2 ? view.getUint16(12) : null;
     if (sampleRate === 0 || frameMs === 0 || (channels !== 1 && channels !== 2)) {
       throw new MalformedStream(`bad stream header (${sampleRate} Hz, ${frameMs} ms, ${channels} ch)`);
     }
-    this.start += HEADER_BYTES;
-    this.header = { type: "header", version, sampleRate, frameMs, channels };
+    this.start += size;
+    this.header = { type: "header", version, sampleRate, frameMs, channels, preSkip };
     return this.header;
   }
 }

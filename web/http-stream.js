@@ -23,8 +23,9 @@ import { CONTEXT_RATE, RING_FRAMES, graph, wallToPerf } from "./http-audio.js";
 
 export const JITTER_FRAMES = 5;
 const RTP_RATE = 48_000; // the frames' timestamps count 48 kHz ticks
-// The gateway's Opus encoder look-ahead (6.5 ms at 48 kHz): its Ogg stream's OpusHead says the
-// same (gateway/stream/ogg_opus.py PRE_SKIP). The framed stream's header does not carry it.
+// The gateway's Opus encoder look-ahead (6.5 ms at 48 kHz), what its Ogg stream's OpusHead says
+// (gateway/stream/ogg_opus.py PRE_SKIP): the framed stream's header carries it from version 2;
+// a version 1 stream (no pre-skip in its header) came from the same encoder.
 const PRE_SKIP = 312;
 const SOUND_LIMIT_MS = 120_000;
 
@@ -32,13 +33,13 @@ let nextId = 1;
 const configs = new Map(); // "rate/channels" → Promise of the configuration this browser takes
 
 /** An Opus identification header (RFC 7845 §5.1) for the decoder's `description`. */
-export function opusHead({ channels, sampleRate }, preSkip = PRE_SKIP) {
+export function opusHead({ channels, sampleRate, preSkip }) {
   const head = new Uint8Array(19);
   const view = new DataView(head.buffer);
   head.set(new TextEncoder().encode("OpusHead"));
   view.setUint8(8, 1); // version
   view.setUint8(9, channels);
-  view.setUint16(10, preSkip, true);
+  view.setUint16(10, preSkip ?? PRE_SKIP, true);
   view.setUint32(12, sampleRate, true); // the encoder's input rate (informational)
   view.setInt16(16, 0, true); // output gain
   view.setUint8(18, 0); // channel mapping family 0: mono or stereo
@@ -50,7 +51,7 @@ export function opusHead({ channels, sampleRate }, preSkip = PRE_SKIP) {
  * `description` too (then nothing is trimmed); with the OpusHead it drops the pre-skip.
  */
 export function decoderConfigFor(header) {
-  const key = `${header.sampleRate}/${header.channels}`;
+  const key = `${header.sampleRate}/${header.channels}/${header.preSkip ?? PRE_SKIP}`;
   if (!configs.has(key)) {
     const found = findConfig(header);
     found.catch(() => configs.delete(key)); // ask again next time
@@ -172,7 +173,12 @@ export class HttpStream {
         continue;
       }
       if (record.type === "header") {
-        s.header = { sampleRate: record.sampleRate, frameMs: record.frameMs, channels: record.channels };
+        s.header = {
+          sampleRate: record.sampleRate,
+          frameMs: record.frameMs,
+          channels: record.channels,
+          preSkip: record.preSkip,
+        };
         await this.configure(record);
       } else if (record.type === "frame") {
         s.firstFrameAt ??= performance.now();

@@ -1,16 +1,21 @@
-"""The gateway's framed Opus stream (``application/vnd.voice-gateway.opus-frames``), version 1.
+"""The gateway's framed Opus stream (``application/vnd.voice-gateway.opus-frames``), version 2.
 
 The media path's 20 ms Opus packets, each as written by the encoder, with the sequence number
 and timestamp RTP would give them, for our own client and the web page. All integers are
 unsigned big-endian.
 
-Stream header, 12 bytes, once at the start::
+Stream header, 14 bytes, once at the start::
 
     magic         4 bytes   b"VGOF"
-    version       u8        1
+    version       u8        2
     sample_rate   u32       24000 (the Opus encoder's input rate)
     frame_ms      u16       20
     channels      u8        1
+    pre_skip      u16       312: samples at 48 kHz to drop from the decoded start (the
+                            encoder's lookahead; an OpusHead's pre-skip, RFC 7845 section 5.1)
+
+Version 1 streams (12 bytes: no ``pre_skip``) are still parsed; their header's ``pre_skip`` is
+None (the encoder is the same: 312 applies).
 
 Then records, each starting with a type byte::
 
@@ -41,17 +46,20 @@ from gateway.media.opus_codec import (
     RTP_TICKS_PER_FRAME,
     SAMPLE_RATE,
 )
+from gateway.stream.ogg_opus import PRE_SKIP
 
 MEDIA_TYPE = "application/vnd.voice-gateway.opus-frames"
 MAGIC = b"VGOF"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)  # parsed
 MAX_ERROR_BYTES = 4096
 
 TYPE_FRAME = 0x01
 TYPE_END = 0x02
 TYPE_ERROR = 0x03
 
-_HEADER = struct.Struct(">4sBIHB")  # 12 bytes
+_HEADER_V1 = struct.Struct(">4sBIHB")  # 12 bytes
+_HEADER = struct.Struct(">4sBIHBH")  # 14 bytes
 _FRAME = struct.Struct(">BHIH")  # 9 bytes before the Opus bytes
 _ERROR = struct.Struct(">BH")  # 3 bytes before the JSON
 
@@ -66,6 +74,7 @@ class StreamHeader:
     sample_rate: int = SAMPLE_RATE
     frame_ms: int = FRAME_MS
     channels: int = CHANNELS
+    pre_skip: int | None = PRE_SKIP  # None: a version 1 stream, which does not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +99,10 @@ Record = StreamHeader | FrameRecord | EndRecord | ErrorRecord
 
 
 def encode_header(header: StreamHeader = StreamHeader()) -> bytes:
-    return _HEADER.pack(MAGIC, header.version, header.sample_rate, header.frame_ms, header.channels)
+    if header.version != VERSION or header.pre_skip is None:
+        raise ValueError(f"only version {VERSION} headers, with a pre-skip, are written")
+    return _HEADER.pack(MAGIC, header.version, header.sample_rate, header.frame_ms,
+                        header.channels, header.pre_skip)
 
 
 def encode_frame(sequence: int, timestamp: int, payload: bytes) -> bytes:
@@ -258,15 +270,20 @@ class FrameRecordParser:
         have = bytes(buf[pos : pos + len(MAGIC)])
         if not MAGIC.startswith(have):
             raise MalformedStream("not a voice-gateway opus-frames stream (bad magic)")
-        if len(buf) - pos < _HEADER.size:
+        if len(buf) - pos <= len(MAGIC):
             return None
-        _, version, rate, frame_ms, channels = _HEADER.unpack_from(buf, pos)
-        if version != VERSION:
+        version = buf[pos + len(MAGIC)]
+        if version not in VERSIONS:
             raise MalformedStream(f"unsupported stream version {version}")
+        layout = _HEADER_V1 if version == 1 else _HEADER
+        if len(buf) - pos < layout.size:
+            return None
+        _, _, rate, frame_ms, channels, *rest = layout.unpack_from(buf, pos)
+        pre_skip = rest[0] if rest else None
         if rate == 0 or frame_ms == 0 or channels not in (1, 2):
             raise MalformedStream(f"bad stream header ({rate} Hz, {frame_ms} ms, {channels} ch)")
-        self._header = StreamHeader(version, rate, frame_ms, channels)
-        return self._header, pos + _HEADER.size
+        self._header = StreamHeader(version, rate, frame_ms, channels, pre_skip)
+        return self._header, pos + layout.size
 
 
 def _error_json(code: str, message: str) -> bytes:

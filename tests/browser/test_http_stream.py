@@ -14,6 +14,7 @@ import json
 import random
 import re
 import statistics
+import struct
 
 import pytest
 
@@ -88,7 +89,7 @@ async def test_http_stream_plays_the_tone(start_gateway, page):
           f"start {h['startedMs']:.1f}, decode {h['decodeMs']:.1f} ms)")
     assert h["state"] == "done" and h["error"] is None and h["streamError"] is None, h
     assert h["pace"] == "asap" and h["startFrames"] == 2, h
-    assert h["header"] == {"sampleRate": 24000, "frameMs": 20, "channels": 1}
+    assert h["header"] == {"sampleRate": 24000, "frameMs": 20, "channels": 1, "preSkip": 312}
     assert h["decoder"]["codec"] == "opus" and h["decoder"]["outputRate"] in (24000, 48000)
     # every frame of the tone went through both buffers and was played, none missing
     assert h["framesReceived"] == h["framesDecoded"] == h["framesPlayed"] == TONE_FRAMES, h
@@ -319,7 +320,7 @@ async def test_frame_parser_agrees_with_the_gateway(start_gateway, page):
         stream = await r.read()
     expected = fr.FrameRecordParser().feed(stream)
     rng = random.Random(7)
-    cuts = [*rng.sample(range(1, len(stream)), 60), 1, 2, 11, 12, 13]  # 12: the header's end
+    cuts = [*rng.sample(range(1, len(stream)), 60), 1, 2, 4, 5, 12, 13, 14, 15]  # 14: header's end
     parse = """async ([bytes, cuts]) => {
         const { FrameParser } = await import("/web/frames.js");
         const data = new Uint8Array(bytes);
@@ -340,17 +341,23 @@ async def test_frame_parser_agrees_with_the_gateway(start_gateway, page):
     assert got["error"] is None
     records = got["out"]
     assert len(records) == len(expected)
-    assert records[0] == {"type": "header", "version": 1, "sampleRate": 24000, "frameMs": 20,
-                          "channels": 1}
+    assert records[0] == {"type": "header", "version": 2, "sampleRate": 24000, "frameMs": 20,
+                          "channels": 1, "preSkip": expected[0].pre_skip}
     for mine, theirs in zip(records[1:-1], expected[1:-1], strict=True):
         assert (mine["sequence"], mine["timestamp"], bytes(mine["data"])) == (
             theirs.sequence, theirs.timestamp, theirs.payload)
     assert records[-1] == {"type": "end"}
 
     frame = fr.encode_frame(5, 960, b"\x08abc")
+    v1 = b"VGOF\x01" + struct.pack(">IHB", 24000, 20, 1) + frame + fr.encode_end()
+    got = await page.evaluate(parse, [list(v1), [3, 5, 12]])
+    assert got["error"] is None and got["out"][0] == {
+        "type": "header", "version": 1, "sampleRate": 24000, "frameMs": 20, "channels": 1,
+        "preSkip": None}
+    assert fr.FrameRecordParser().feed(v1)[0].pre_skip is None
     bad = {
         "bad magic": b"VGOX" + fr.encode_header()[4:],
-        "version": fr.encode_header()[:4] + b"\x02" + fr.encode_header()[5:],
+        "version": fr.encode_header()[:4] + b"\x03" + fr.encode_header()[5:],
         "sequence": fr.encode_header() + frame + fr.encode_frame(7, 1920, b"\x08abc"),
         "after end": fr.encode_header() + frame + fr.encode_end() + b"\x01",
         "unknown record type": fr.encode_header() + b"\x09",

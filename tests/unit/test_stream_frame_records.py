@@ -49,8 +49,28 @@ def feed_in_chunks(data: bytes, cuts: list[int]) -> tuple[FrameRecordParser, lis
 
 def test_media_type_and_header_layout():
     assert MEDIA_TYPE == "application/vnd.voice-gateway.opus-frames"
-    assert encode_header() == b"VGOF\x01" + struct.pack(">IHB", 24000, 20, 1)
-    assert len(encode_header()) == 12
+    # version 2: the header ends with the encoder's pre-skip (48 kHz samples, as in OpusHead)
+    assert encode_header() == b"VGOF\x02" + struct.pack(">IHBH", 24000, 20, 1, 312)
+    assert len(encode_header()) == 14
+    with pytest.raises(ValueError):  # what is written always says its pre-skip
+        encode_header(StreamHeader(version=1, pre_skip=None))
+
+
+def test_the_header_carries_the_ogg_streams_pre_skip():
+    from gateway.stream.ogg_opus import PRE_SKIP, opus_head
+
+    (header,) = FrameRecordParser().feed(encode_header())
+    assert header.pre_skip == PRE_SKIP == 312
+    assert struct.unpack_from("<H", opus_head(), 10)[0] == header.pre_skip
+
+
+@pytest.mark.parametrize("cut", [3, 5, 12, 13])
+def test_version_1_streams_still_parse_without_a_pre_skip(cut):
+    v1 = b"VGOF\x01" + struct.pack(">IHB", 24000, 20, 1) + encode_frame(5, 960, b"\x08a")
+    parser = FrameRecordParser()
+    records = parser.feed(v1[:cut]) + parser.feed(v1[cut:] + b"\x02")
+    assert records == [StreamHeader(version=1, pre_skip=None), FrameRecord(5, 960, b"\x08a"),
+                       EndRecord()]
 
 
 def test_frame_record_layout_is_big_endian():
@@ -156,9 +176,11 @@ def test_long_error_message_is_cut_to_fit():
     ("data", "match"),
     [
         (b"RIFF" + bytes(8), "magic"),
-        (b"VGOF\x02" + struct.pack(">IHB", 24000, 20, 1), "version"),
+        (b"VGOF\x03" + struct.pack(">IHBH", 24000, 20, 1, 312), "version"),
+        (b"VGOF\x00" + struct.pack(">IHB", 24000, 20, 1), "version"),
+        (b"VGOF\x02" + struct.pack(">IHBH", 24000, 20, 3, 312), "header"),
         (b"VGOF\x01" + struct.pack(">IHB", 24000, 20, 3), "header"),
-        (b"VGOF\x01" + struct.pack(">IHB", 0, 20, 1), "header"),
+        (b"VGOF\x02" + struct.pack(">IHBH", 0, 20, 1, 312), "header"),
         (encode_header() + b"\x07", "unknown record type"),
         (encode_header() + b"\x01\x00\x00\x00\x00\x00\x00\x00\x00", "length"),  # empty frame
         (encode_header() + b"\x01\x00\x00\x00\x00\x00\x00\x05\x00", "length"),  # 1280 > 1275
