@@ -5,7 +5,8 @@ chunked transfer coding and counts the audio units in the body as they complete,
 the arrival time (``time.monotonic()`` when ``data_received`` ran) of each:
 
 - ``frames``: the gateway's framed stream (gateway/stream/frame_records.py): after the stream
-  header (12 or 14 bytes, by its version byte), each ``0x01`` frame record is one unit; ``0x02``/``0x03`` end the stream;
+  header (12 or 14 bytes, by its version byte), each ``0x01`` frame record is one unit;
+  ``0x02``/``0x03`` end the stream;
 - ``ogg``: Ogg pages (RFC 3533); the first two (OpusHead, OpusTags) and empty pages (the EOS
   page) are not audio, every other page is one unit (the gateway writes one page per frame).
 
