@@ -11,7 +11,7 @@ WORKERS ?= 1
 UDP_PORT ?= 0
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -54,6 +54,9 @@ test: $(STAMP) browser $(SWAGGER_UI)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not browser and not voice"
+
+screenshot: $(STAMP) browser  # the README's docs/screenshot.png, retaken
+	UPDATE_SCREENSHOT=1 $(BIN)/pytest -q tests/browser/test_layout.py
 
 fuzz: $(STAMP)
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -p no:cacheprovider --hypothesis-show-statistics tests/fuzz
