@@ -23,6 +23,7 @@ millisecond (see the report in gateway/listen/__init__.py), so callers may run i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from importlib import resources
 from pathlib import Path
@@ -161,12 +162,9 @@ def build_vad(spec: str = "silero") -> VoiceDetector:
         if key == "gate" and value == "off":
             return SileroVad(gate_dbfs=None)
         if key == "gate":
-            try:
-                level = float(value)
-            except ValueError:
-                level = 1.0
-            if -120.0 <= level <= 0.0:
-                return SileroVad(gate_dbfs=level)
+            with contextlib.suppress(ValueError):
+                if -120.0 <= (level := float(value)) <= 0.0:
+                    return SileroVad(gate_dbfs=level)
         raise ValueError(f"bad VAD spec {spec!r}: silero takes gate=DBFS (-120..0) or gate=off")
     if kind == "webrtc":
         try:

@@ -127,7 +127,10 @@ def test_specs_and_frame_checks():
     assert build_vad().name == "silero"
     assert build_vad("webrtc").mode == 3  # type: ignore[attr-defined]
     assert build_vad("webrtc:1").mode == 1  # type: ignore[attr-defined]
-    for bad in ("webrtc:7", "webrtc:x", "energy", "silero:2"):
+    assert build_vad("silero:gate=-50").gate_dbfs == -50.0  # type: ignore[attr-defined]
+    assert build_vad("silero:gate=off").gate_dbfs is None  # type: ignore[attr-defined]
+    for bad in ("webrtc:7", "webrtc:x", "energy", "silero:2", "silero:gate=x", "silero:gate=nan",
+                "silero:gate=1", "silero:gate=-121", "silero:gate="):
         with pytest.raises(ValueError):
             build_vad(bad)
     with pytest.raises(ValueError, match="320-sample"):
