@@ -24,7 +24,8 @@ import time
 from array import array
 from typing import Any
 
-FRAMES_HEADER_BYTES = {1: 12, 2: 14}  # by version (the byte after the magic)
+from gateway.stream.frame_records import HEADER_BYTES as FRAMES_HEADER_BYTES  # by version
+
 OGG_HEADER_PAGES = 2
 
 

@@ -39,7 +39,7 @@ export function opusHead({ channels, sampleRate, preSkip }) {
   head.set(new TextEncoder().encode("OpusHead"));
   view.setUint8(8, 1); // version
   view.setUint8(9, channels);
-  view.setUint16(10, preSkip ?? PRE_SKIP, true);
+  view.setUint16(10, preSkip, true);
   view.setUint32(12, sampleRate, true); // the encoder's input rate (informational)
   view.setInt16(16, 0, true); // output gain
   view.setUint8(18, 0); // channel mapping family 0: mono or stereo
@@ -50,8 +50,9 @@ export function opusHead({ channels, sampleRate, preSkip }) {
  * The AudioDecoder configuration for a stream header. Chromium decodes Opus without a
  * `description` too (then nothing is trimmed); with the OpusHead it drops the pre-skip.
  */
-export function decoderConfigFor(header) {
-  const key = `${header.sampleRate}/${header.channels}/${header.preSkip ?? PRE_SKIP}`;
+export function decoderConfigFor({ sampleRate, channels, preSkip }) {
+  const header = { sampleRate, channels, preSkip: preSkip ?? PRE_SKIP }; // version 1 does not say
+  const key = `${header.sampleRate}/${header.channels}/${header.preSkip}`;
   if (!configs.has(key)) {
     const found = findConfig(header);
     found.catch(() => configs.delete(key)); // ask again next time

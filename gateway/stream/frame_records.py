@@ -51,15 +51,15 @@ from gateway.stream.ogg_opus import PRE_SKIP
 MEDIA_TYPE = "application/vnd.voice-gateway.opus-frames"
 MAGIC = b"VGOF"
 VERSION = 2
-VERSIONS = (1, 2)  # parsed
 MAX_ERROR_BYTES = 4096
 
 TYPE_FRAME = 0x01
 TYPE_END = 0x02
 TYPE_ERROR = 0x03
 
-_HEADER_V1 = struct.Struct(">4sBIHB")  # 12 bytes
-_HEADER = struct.Struct(">4sBIHBH")  # 14 bytes
+_HEADERS = {1: struct.Struct(">4sBIHB"), 2: struct.Struct(">4sBIHBH")}  # by version: parsed
+_HEADER = _HEADERS[VERSION]  # written
+HEADER_BYTES = {version: layout.size for version, layout in _HEADERS.items()}  # 12, 14
 _FRAME = struct.Struct(">BHIH")  # 9 bytes before the Opus bytes
 _ERROR = struct.Struct(">BH")  # 3 bytes before the JSON
 
@@ -273,9 +273,9 @@ class FrameRecordParser:
         if len(buf) - pos <= len(MAGIC):
             return None
         version = buf[pos + len(MAGIC)]
-        if version not in VERSIONS:
+        layout = _HEADERS.get(version)
+        if layout is None:
             raise MalformedStream(f"unsupported stream version {version}")
-        layout = _HEADER_V1 if version == 1 else _HEADER
         if len(buf) - pos < layout.size:
             return None
         _, _, rate, frame_ms, channels, *rest = layout.unpack_from(buf, pos)
