@@ -12,9 +12,9 @@ from pathlib import Path
 from aiortc import RTCConfiguration, RTCIceServer
 
 from gateway import __version__
+from gateway.conversation.duplex import HearingOptions
+from gateway.conversation.options import SessionOptions
 from gateway.media.opus_codec import EncoderSettings
-from gateway.session.duplex import HearingOptions
-from gateway.session.options import SessionOptions
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
 

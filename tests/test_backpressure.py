@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from gateway.media.opus_codec import FRAME_SAMPLES
-from gateway.media.pacer import PacingClock
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import ENCODE_BATCH, UtteranceState
 from gateway.testing.cosyvoice_audio import synthetic_pcm
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, Synthesizer
 from gateway.tts.registry import build_cosyvoice
+from gateway.webrtc.pacer import PacingClock
 from tests.pipeline import pipeline
 
 QUEUE_FRAMES = 50

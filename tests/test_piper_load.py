@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from gateway.media.ticker import shared_ticker
-from gateway.media.track import PassthroughOpusTrack
 from gateway.speech.speaker import Speaker, UtteranceState
+from gateway.webrtc.track import PassthroughOpusTrack
 from tests.pipeline import pipeline, record_sent
 
 pytestmark = pytest.mark.voice

@@ -14,9 +14,9 @@ from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes,
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
+from gateway.conversation.duplex import DuplexFactory
 from gateway.net.udp_mux import MuxGroup
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts.registry import VoiceRegistry

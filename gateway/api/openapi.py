@@ -15,8 +15,8 @@ from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
 from gateway.api import models as m
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES
-from gateway.stream.openai_speech import MEDIA_TYPES, SpeechRequest
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES
+from gateway.http.openai_speech import MEDIA_TYPES, SpeechRequest
 
 SDP, SDPFRAG = "application/sdp", "application/trickle-ice-sdpfrag"
 JSON, SSE = "application/json", "text/event-stream"
@@ -120,7 +120,7 @@ def _schema(body: Body) -> dict[str, Any]:
 def _constrain(defs: dict[str, Any], voices: list[str], max_chars: int) -> None:
     """What the models check against the running gateway (its voices, its text limit) goes
     into the document too, so a client (or Schemathesis) knows exactly what is accepted."""
-    from gateway.stream.openai_speech import OPENAI_VOICES
+    from gateway.http.openai_speech import OPENAI_VOICES
 
     names = {"type": "string", "enum": voices}
     text = {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": r"\S"}

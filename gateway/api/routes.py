@@ -22,12 +22,12 @@ from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
-from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.sdp_policy import SdpRejected
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"

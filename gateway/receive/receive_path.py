@@ -58,11 +58,12 @@ from collections.abc import Callable
 import numpy as np
 
 from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
+from gateway.nack.generator import NackGenerator
+from gateway.nack.sender import NackSender, SendRtcp
 from gateway.receive.burst_depth import BurstDepth
 from gateway.receive.frame_decoder import FrameDecoder, FrameKind
 from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, PopKind
 from gateway.receive.loss_tracker import LossTracker
-from gateway.receive.nack_sender import NackSender, SendRtcp
 from gateway.receive.opus_packet import packet_ticks
 from gateway.receive.pcm_source import PcmFrame, PcmSource, ReceivePathClosed
 from gateway.receive.period_waiters import PeriodWaiters
@@ -78,7 +79,6 @@ from gateway.receive.red_recovery import (
 )
 from gateway.receive.repair_floor import RepairFloor
 from gateway.receive.sample_queue import Decoded, Period, SampleQueue
-from gateway.rtp.nack_generator import NackGenerator
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 
 __all__ = ["ReceivePath", "ReceivePathClosed", "ReceivePathConfig", "SendRtcp"]

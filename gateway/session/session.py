@@ -21,15 +21,15 @@ from typing import Any
 
 from aiortc import RTCConfiguration
 
+from gateway.conversation import teardown
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex, DuplexFactory
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
-from gateway.session import teardown
-from gateway.session.conversation import Conversation
-from gateway.session.duplex import Duplex, DuplexFactory
-from gateway.session.options import SessionOptions
-from gateway.session.sdp_policy import OfferSummary, inspect_offer
-from gateway.session.webrtc_leg import WebRtcLeg
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import Speaker
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import OfferSummary, inspect_offer
 
 log = logging.getLogger(__name__)
 
