@@ -1,131 +1,35 @@
-"""Gateway settings: one dataclass, filled from command-line flags or GATEWAY_* variables."""
+"""Gateway settings, each declared once: a field of ``GatewayConfig`` with its default, flag,
+``GATEWAY_*`` variable and help (``opt``, gateway/config_table.py). The command line, the
+environment, the options dataclasses of the layers below (by field name) and docs/options.md
+are all made from it."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiortc import RTCConfiguration, RTCIceServer
 
 from gateway import __version__
+from gateway.config_table import add_arguments, check_renamed, markdown, opt, values
 from gateway.conversation.duplex import HearingOptions
 from gateway.conversation.options import SessionOptions
 from gateway.media.opus_codec import EncoderSettings
+from gateway.media.sink import DEFAULT_PLAYOUT_ALLOWANCE_S
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    ice_hosts: tuple[str, ...] = ()  # empty: every interface (aioice's default)
-    ice_servers: tuple[str, ...] = ()  # stun:/turn: URLs; none unless configured
-    udp_mux: bool = True  # every session's ICE/DTLS/SRTP on one UDP socket (per host address)
-    udp_port: int = 0  # ... on this port (0: a free one); worker i of --workers: udp_port + i
-    udp_sendmmsg: bool = True  # a tick's RTP leaves in one sendmmsg on the shared socket
-    turn_username: str | None = None
-    turn_credential: str | None = None
-    voices: tuple[str, ...] = ("piper",)
-    max_sessions: int = 100
-    bitrate: int = 32_000
-    expected_loss: int = 10
-    max_body_bytes: int = 1 << 20
-    max_text_chars: int = 100_000
-    connect_timeout_s: float = 30.0
-    web_dir: Path = field(default=WEB_DIR)
-    log_level: str = "INFO"
-    log_format: str = "text"  # or "json": one object per line, with session/utterance ids
-    event_loop: str = "auto"  # auto: uvloop when installed
-    send_path: str = "batch"
-    idle_packets: str = "silence"  # between utterances: "silence" every 20 ms, or "dtx"
-    early_first_frame: bool = False  # an idle stream sends a new utterance's first frame now
-    answer_nack: bool = True
-    release_dtls: bool = True  # free OpenSSL's DTLS state once a session is connected
-    test_drop_first_tx_percent: float = 0.0
-    test_drop_seed: int | None = None
-    test_drop_burst: float = 0.0
-    test_repair_delay_ms: float = 0.0
-    phrase_cache_mb: float = 64.0  # 0 disables the phrase cache
-    phrase_cache_dir: Path | None = None  # persist the phrase cache here (none: memory only)
-    stall_warn_ms: float = 0.0  # log the loop's stack when it is blocked this long (0: off)
-    cors_origins: tuple[str, ...] = ("*",)
-    auth_tokens: tuple[str, ...] = ()  # static bearer tokens (none: no auth unless a JWT secret)
-    auth_jwt_secret: str | None = None  # HS256 JWTs with exp signed with this are accepted
-    rate_limit_sessions: float = 0.0  # session creations per second per client address (0: off)
-    rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
-    idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
-    drain_timeout_s: float = 30.0  # on SIGTERM: how long playing speech may finish
-    duplex: bool = False  # hear sendrecv offers: VAD -> ASR -> agent -> speech
-    asr: str = "whisper:tiny.en"
-    agent: str = "echo"
-    vad: str = "silero"
-    turn_silence_ms: int = 500
-    barge_in_ms: int = 300
-    asr_speculate_ms: int = 100  # start the final decode after this much silence (0: off)
-    preemptive_reply: bool = True  # prepare the reply on the speculative transcript
-    reply_voice: str | None = None  # the voice replies are spoken in (default: the first)
-    red_distance: int = 2  # RFC 2198 redundancy: previous frames per packet (0: off)
-    red_max_distance: int = 0  # raised up to this while NACKs show longer bursts (0: never)
-    red_adaptive: bool = True  # only while the receiver reports loss
-    http_flush: str = "adaptive"  # HTTP streams: coalesce ready frames by RTT, or "frame"
-    live_lead_ms: float = 200.0  # HTTP streams with pace=live: audio sent ahead of real time
-    live_write_ms: float = 100.0  # ... frames due within this window go in one write
-    # Scale-out (gateway.cluster): worker processes, the cluster registry, this node's address
-    workers: int = 1  # > 1: a supervisor and this many gateway processes (1: one, as ever)
-    redis_url: str | None = None  # machines sharing this Redis are one cluster
-    advertise_url: str | None = None  # the URL others reach this process at (absolute Locations)
-    session_id_prefix: str = ""  # names this worker in its session ids
-
-    def rtc_configuration(self) -> RTCConfiguration:
-        servers = [
-            RTCIceServer(
-                urls=url,
-                username=self.turn_username if url.startswith("turn") else None,
-                credential=self.turn_credential if url.startswith("turn") else None,
-            )
-            for url in self.ice_servers
-        ]
-        return RTCConfiguration(iceServers=servers)  # [] disables aiortc's public STUN default
-
-    def session_options(self) -> SessionOptions:
-        return SessionOptions(
-            encoder=EncoderSettings(bitrate=self.bitrate, expected_loss_percent=self.expected_loss),
-            connect_timeout_s=self.connect_timeout_s,
-            answer_nack=self.answer_nack,
-            test_drop_first_tx_percent=self.test_drop_first_tx_percent,
-            test_drop_seed=self.test_drop_seed,
-            test_drop_burst=self.test_drop_burst,
-            test_repair_delay_ms=self.test_repair_delay_ms,
-            send_path=self.send_path,
-            idle_packets=self.idle_packets,
-            early_first_frame=self.early_first_frame,
-            release_dtls=self.release_dtls,
-            red_distance=self.red_distance,
-            red_max_distance=self.red_max_distance,
-            red_adaptive=self.red_adaptive,
-            uplink=self.duplex,
-        )
-
-    def hearing_options(self) -> HearingOptions:
-        return HearingOptions(asr=self.asr, agent=self.agent, vad=self.vad,
-                              turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms,
-                              asr_speculate_ms=self.asr_speculate_ms,
-                              preemptive_reply=self.preemptive_reply)
-
 
 def _csv(value: str | None) -> tuple[str, ...]:
     if not value:
         return ()
     return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"GATEWAY_{name}", default)
 
 
 def _workers(value: str) -> int:
@@ -157,319 +61,243 @@ def _prefix(value: str) -> str:
     return value
 
 
+def _non_negative(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be >= 0")
+    return number
+
+
+def _or_none(value: str) -> str | None:
+    return value.strip() or None
+
+
+def _origins(value: str) -> tuple[str, ...]:
+    return _csv(value) or ("*",)
+
+
+NET, MEDIA, ACCESS, LIMITS, DUPLEX, HTTP, SCALE, RUN, TEST = (
+    "network", "media", "access", "limits", "full duplex", "HTTP streams", "scale-out",
+    "process", "testing (fault injection)")
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    # network
+    host: str = opt("127.0.0.1", "HTTP bind address", group=NET)
+    port: int = opt(8080, "HTTP port", group=NET)
+    udp_port: int = opt(0, "the UDP port every session's ICE, DTLS and SRTP share: one socket "
+                        "per host address (0: a free port; with --workers, worker i takes "
+                        "--udp-port + i)", parse=_udp_port, group=NET)
+    udp_mux: bool = opt(True, "every session on the shared UDP socket (off: one socket per "
+                        "session on a random port, as aioice binds; for comparisons)", group=NET)
+    udp_sendmmsg: bool = opt(True, "a tick's RTP leaves in one sendmmsg on the shared socket "
+                             "(off: a sendto per packet)", flag="--sendmmsg", env="SENDMMSG",
+                             group=NET)
+    ice_hosts: tuple[str, ...] = opt((), "comma-separated addresses for ICE host candidates; "
+                                     "empty = all interfaces (aioice's default, which leaves "
+                                     "out 127.0.0.1)", parse=_csv, group=NET)
+    ice_servers: tuple[str, ...] = opt((), "comma-separated STUN/TURN URLs (stun:host:port, "
+                                       "turn:host:port); none by default, so nothing leaves "
+                                       "the machine unless configured", parse=_csv, group=NET)
+    turn_username: str | None = opt(None, "TURN username", group=NET)
+    turn_credential: str | None = opt(None, "TURN credential", group=NET)
+    cors_origins: tuple[str, ...] = opt(("*",), "comma-separated origins allowed to call the API "
+                                        "from a browser (* = any)", parse=_origins, group=NET)
+    # media
+    voices: tuple[str, ...] = opt(
+        ("piper",), "a voice, repeatable; the first is the default. SPEC: piper | tone:440"
+        "[?seconds=1&rate=24000] | wav:PATH | cosyvoice+http://host:port?... | "
+        "cosyvoice+grpc://... (the variable: ';'-separated)", flag="--voice", repeat=True,
+        sep=";", metavar="[NAME=]SPEC", group=MEDIA)
+    bitrate: int = opt(32_000, "Opus bitrate, bit/s", group=MEDIA)
+    expected_loss: int = opt(10, "expected packet loss % given to the Opus encoder (sizes FEC)",
+                             group=MEDIA)
+    idle_packets: str = opt("silence", "what a stream sends between utterances: silence, a "
+                            "silent Opus frame every 20 ms; dtx: Opus DTX, a 1-byte packet "
+                            "every 400 ms", choices=("silence", "dtx"), group=MEDIA)
+    early_first_frame: bool = opt(False, "with --idle-packets dtx: a new utterance's first "
+                                  "frame is sent at once instead of in its next 20 ms slot",
+                                  group=MEDIA)
+    send_path: str = opt("batch", "batch: every stream's due packet is built and sent from one "
+                         "shared tick; aiortc: aiortc's own per-sender loop pulls from a track",
+                         choices=("batch", "aiortc"), group=MEDIA)
+    answer_nack: bool = opt(True, "a=rtcp-fb nack in the answer (off only for comparisons)",
+                            flag="--nack", env="NACK", group=MEDIA)
+    red_distance: int = opt(2, "RFC 2198 redundancy when the offer has red/48000/2: each packet "
+                            "also carries the previous N frames (0: off)", choices=range(0, 5),
+                            group=MEDIA)
+    red_max_distance: int = opt(0, "raise the RED distance up to N frames (for 10 s) while the "
+                                "receiver's NACKs show longer loss bursts (0: never; at most 8)",
+                                choices=range(0, 9), metavar="N", group=MEDIA)
+    red_adaptive: bool = opt(True, "RED only while the receiver reports loss (off: on every "
+                             "packet)", group=MEDIA)
+    release_dtls: bool = opt(True, "free OpenSSL's DTLS state once a session is connected "
+                             "(about 100 KB per session)", group=MEDIA)
+    playout_allowance_s: float = opt(
+        DEFAULT_PLAYOUT_ALLOWANCE_S, "a WebRTC listener's playout delay, seconds, added to RTT/2 "
+        "to tell what it has heard (RTCP carries none)", parse=_non_negative, group=MEDIA)
+    phrase_cache_mb: float = opt(64.0, "memory for already-encoded repeated phrases, MB; 0 "
+                                 "disables", group=MEDIA)
+    phrase_cache_dir: Path | None = opt(None, "persist the phrase cache in this directory "
+                                        "(default: memory only)", parse=Path, group=MEDIA)
+    # access
+    auth_tokens: tuple[str, ...] = opt((), "a bearer token accepted on every session and speech "
+                                       "route (repeatable; the variable: comma-separated)",
+                                       flag="--auth-token", env="AUTH_TOKEN", repeat=True,
+                                       metavar="TOKEN", group=ACCESS)
+    auth_jwt_secret: str | None = opt(None, "accept JWT bearer tokens (HS256, with exp) signed "
+                                      "with this secret", parse=_or_none, group=ACCESS)
+    rate_limit_sessions: float = opt(0.0, "session creations per second per client address, "
+                                     "bursts of twice that; more get 429 + Retry-After (0: no "
+                                     "limit)", group=ACCESS)
+    rate_limit_speech: float = opt(0.0, "speech requests per second per client address (0: no "
+                                   "limit)", group=ACCESS)
+    # limits
+    max_sessions: int = opt(100, "concurrent session cap; more get 503", group=LIMITS)
+    max_body_bytes: int = opt(1 << 20, "largest request body accepted; larger gets 413",
+                              group=LIMITS)
+    max_text_chars: int = opt(100_000, "longest speech text accepted", group=LIMITS)
+    connect_timeout_s: float = opt(30.0, "seconds a session may take to connect before it is "
+                                   "closed", flag="--connect-timeout", env="CONNECT_TIMEOUT",
+                                   group=LIMITS)
+    idle_timeout_s: float = opt(0.0, "close a session after this many seconds with no speech "
+                                "and no request (0: never)", flag="--idle-timeout",
+                                env="IDLE_TIMEOUT", group=LIMITS)
+    drain_timeout_s: float = opt(30.0, "on SIGTERM/SIGINT: refuse new sessions and let playing "
+                                 "speech finish for up to this many seconds",
+                                 flag="--drain-timeout", env="DRAIN_TIMEOUT", group=LIMITS)
+    # full duplex
+    duplex: bool = opt(False, "full duplex: answer sendrecv offers sendrecv and hear the user "
+                       "(VAD -> ASR -> agent -> speech, barge-in)", group=DUPLEX)
+    asr: str = opt("whisper:tiny.en", "the recogniser: whisper[:tiny.en] (bundled, CPU) or "
+                   "openai+http://host:port/v1?model=...", group=DUPLEX)
+    agent: str = opt("echo", "the reply step: echo, openai+http://host:port/v1?model=...&"
+                     "system=..., or python:module:function", group=DUPLEX)
+    vad: str = opt("silero", "voice activity: silero[:gate=DBFS|off] (frames below the gate, "
+                   "default -60 dBFS, skip the model) or webrtc[:0-3]", group=DUPLEX)
+    turn_silence_ms: int = opt(500, "silence that ends the user's turn", group=DUPLEX)
+    barge_in_ms: int = opt(300, "speech over a reply this long cuts it", group=DUPLEX)
+    asr_speculate_ms: int = opt(100, "start the final decode after this much silence, while the "
+                                "turn's end is still awaited; kept if the turn ends, dropped if "
+                                "the user goes on (0: off)", group=DUPLEX)
+    preemptive_reply: bool = opt(True, "on the speculative transcript, ask the agent and "
+                                 "synthesize its first clause before the turn has ended",
+                                 group=DUPLEX)
+    reply_voice: str | None = opt(None, "the voice replies are spoken in (default: the first)",
+                                  group=DUPLEX)
+    # HTTP streams
+    http_flush: str = opt("adaptive", "after the first frame, coalesce frames that are ready "
+                          "together up to 16 KB (RTT < 50 ms) or 32 KB (adaptive), or write "
+                          "every frame alone (frame)", choices=("adaptive", "frame"), group=HTTP)
+    live_lead_ms: float = opt(200.0, "pace=live: how much audio goes out ahead of real time",
+                              parse=_non_negative, group=HTTP)
+    live_write_ms: float = opt(100.0, "pace=live: frames due within this many ms go out in one "
+                               "write (early, never late; 20 = every frame alone)",
+                               parse=_non_negative, group=HTTP)
+    # scale-out
+    workers: int = opt(1, "gateway processes (one event loop each) behind --port, on ports "
+                       "--port + 1 + i; auto = one per core; 1 = a single process",
+                       parse=_workers, metavar="N|auto", group=SCALE)
+    redis_url: str | None = opt(None, "register workers, their load and their sessions in this "
+                                "Redis; every machine pointed at it is one cluster "
+                                "(redis://host:6379/0)", parse=_or_none, group=SCALE)
+    advertise_url: str | None = opt(None, "the URL clients and other nodes reach this gateway "
+                                    "at (default: from --host/--port); sessions' Locations are "
+                                    "absolute under it", parse=_or_none, group=SCALE)
+    session_id_prefix: str = opt("", "start every session id with this (letters, digits, '.', "
+                                 "'_', '-'); the supervisor gives each worker its own",
+                                 parse=_prefix, group=SCALE)
+    # process
+    web_dir: Path = opt(WEB_DIR, "the demo page's directory", group=RUN)
+    log_level: str = opt("INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                         group=RUN)
+    log_format: str = opt("text", "text, or json: one object per line with the session and "
+                          "utterance ids", choices=("text", "json"), group=RUN)
+    event_loop: str = opt("auto", "auto = uvloop when installed (the 'speed' extra), else "
+                          "asyncio", choices=("auto", "uvloop", "asyncio"), group=RUN)
+    stall_warn_ms: float = opt(0.0, "log where the event loop is when it is blocked this long; "
+                               "counts in /healthz (0: off)", group=RUN)
+    # testing (fault injection; tests set the two without a flag in-process)
+    test_drop_first_tx_percent: float = opt(
+        0.0, "TEST ONLY: drop this % of first RTP transmissions at the gateway, to exercise NACK "
+        "recovery", flag="--test-drop-first-tx", env="TEST_DROP_FIRST_TX", metavar="PERCENT",
+        group=TEST)
+    test_drop_burst: float = opt(0.0, "TEST ONLY: ... in bursts of this mean length "
+                                 "(Gilbert-Elliott; 0: independent losses)", metavar="FRAMES",
+                                 group=TEST)
+    test_drop_seed: int | None = None
+    test_repair_delay_ms: float = 0.0
+
+    def rtc_configuration(self) -> RTCConfiguration:
+        servers = [
+            RTCIceServer(
+                urls=url,
+                username=self.turn_username if url.startswith("turn") else None,
+                credential=self.turn_credential if url.startswith("turn") else None,
+            )
+            for url in self.ice_servers
+        ]
+        return RTCConfiguration(iceServers=servers)  # [] disables aiortc's public STUN default
+
+    def session_options(self) -> SessionOptions:
+        return shared(SessionOptions, self, encoder=EncoderSettings(
+            bitrate=self.bitrate, expected_loss_percent=self.expected_loss), uplink=self.duplex)
+
+    def hearing_options(self) -> HearingOptions:
+        return shared(HearingOptions, self)
+
+
+def shared(cls: type[Any], config: GatewayConfig, **extra: Any) -> Any:
+    """``cls`` (an options dataclass of a lower layer) made from the settings of the same name
+    (no setting is copied by hand), plus ``extra`` for the ones named otherwise."""
+    names = {f.name for f in dataclasses.fields(config)}
+    given = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
+             if f.name in names and f.name not in extra}
+    return cls(**given, **extra)
+
+
+# Flags and variables that were renamed or removed: each fails with its successor's name.
+RENAMED = {
+    "--keep-dtls-state": "use --no-release-dtls",
+    "--red-always": "use --no-red-adaptive",
+    "GATEWAY_KEEP_DTLS_STATE": "use GATEWAY_RELEASE_DTLS=0",
+    "GATEWAY_RED_ALWAYS": "use GATEWAY_RED_ADAPTIVE=0",
+    "GATEWAY_NO_NACK": "use GATEWAY_NACK=0",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    d = GatewayConfig()
     p = argparse.ArgumentParser(
         prog="python -m gateway",
         description="Real-time TTS voice gateway: speech as 24 kHz Opus over WebRTC "
         "(WHEP-style API at /v1/sessions, demo page at /). Every flag can also be set "
-        "through the environment variable shown; a flag wins over its variable.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        "through the environment variable shown, which holds the setting's value; a flag wins "
+        "over its variable.",
     )
     p.add_argument("--version", action="version", version=f"voice-gateway {__version__}")
-    p.add_argument("--host", default=_env("HOST", d.host), help="HTTP bind address [GATEWAY_HOST]")
-    p.add_argument(
-        "--port", type=int, default=int(_env("PORT", str(d.port)) or d.port),
-        help="HTTP port [GATEWAY_PORT]",
-    )
-    p.add_argument(
-        "--udp-port", type=_udp_port, default=_udp_port(_env("UDP_PORT", "0") or "0"),
-        help="the UDP port every session's ICE, DTLS and SRTP share: one socket per host "
-        "address (0: a free port; with --workers, worker i takes --udp-port + i) "
-        "[GATEWAY_UDP_PORT]",
-    )
-    p.add_argument(
-        "--no-udp-mux", action="store_true",
-        default=(_env("UDP_MUX", "1") or "1") in ("0", "off", "false", "no"),
-        help="one UDP socket per session, on a random port, as aioice binds (the design before "
-        "the shared port; for comparisons) [GATEWAY_UDP_MUX=0]",
-    )
-    p.add_argument(
-        "--no-sendmmsg", action="store_true",
-        default=(_env("SENDMMSG", "1") or "1") in ("0", "off", "false", "no"),
-        help="on the shared socket, send each RTP packet with its own sendto instead of one "
-        "sendmmsg per tick [GATEWAY_SENDMMSG=0]",
-    )
-    p.add_argument(
-        "--ice-hosts", default=_env("ICE_HOSTS", ""),
-        help="comma-separated addresses for ICE host candidates; empty = all interfaces "
-        "(aioice's default, which leaves out 127.0.0.1) [GATEWAY_ICE_HOSTS]",
-    )
-    p.add_argument(
-        "--ice-servers", default=_env("ICE_SERVERS", ""),
-        help="comma-separated STUN/TURN URLs (stun:host:port, turn:host:port); none by "
-        "default, so nothing leaves the machine unless configured [GATEWAY_ICE_SERVERS]",
-    )
-    p.add_argument("--turn-username", default=_env("TURN_USERNAME"),
-                   help="TURN username [GATEWAY_TURN_USERNAME]")
-    p.add_argument("--turn-credential", default=_env("TURN_CREDENTIAL"),
-                   help="TURN credential [GATEWAY_TURN_CREDENTIAL]")
-    p.add_argument(
-        "--voice", action="append", dest="voices", metavar="[NAME=]SPEC",
-        help="a voice, repeatable; the first is the default. SPEC: piper | tone:440[?seconds=1"
-        "&rate=24000] | wav:PATH | cosyvoice+http://host:port?... | cosyvoice+grpc://... "
-        "[GATEWAY_VOICES, ';'-separated] (default: piper)",
-    )
-    p.add_argument("--max-sessions", type=int, default=int(_env("MAX_SESSIONS", "100") or 100),
-                   help="concurrent session cap; more get 503 [GATEWAY_MAX_SESSIONS]")
-    p.add_argument("--bitrate", type=int, default=int(_env("BITRATE", str(d.bitrate)) or 0),
-                   help="Opus bitrate, bit/s [GATEWAY_BITRATE]")
-    p.add_argument("--expected-loss", type=int,
-                   default=int(_env("EXPECTED_LOSS", str(d.expected_loss)) or 0),
-                   help="expected packet loss %% given to the Opus encoder (sizes FEC) "
-                   "[GATEWAY_EXPECTED_LOSS]")
-    p.add_argument(
-        "--cors-origins", default=_env("CORS_ORIGINS", "*"),
-        help="comma-separated origins allowed to call the API from a browser (* = any) "
-        "[GATEWAY_CORS_ORIGINS]",
-    )
-    p.add_argument(
-        "--auth-token", action="append", dest="auth_tokens", metavar="TOKEN",
-        help="a bearer token accepted on every session and speech route (repeatable; none: no "
-        "static tokens) [GATEWAY_AUTH_TOKEN, comma-separated]",
-    )
-    p.add_argument(
-        "--auth-jwt-secret", default=_env("AUTH_JWT_SECRET"),
-        help="accept JWT bearer tokens (HS256, with exp) signed with this secret "
-        "[GATEWAY_AUTH_JWT_SECRET]",
-    )
-    p.add_argument(
-        "--rate-limit-sessions", type=float, default=float(_env("RATE_LIMIT_SESSIONS", "0") or 0),
-        help="session creations per second per client address, bursts of twice that; more get "
-        "429 + Retry-After (0: no limit) [GATEWAY_RATE_LIMIT_SESSIONS]",
-    )
-    p.add_argument(
-        "--rate-limit-speech", type=float, default=float(_env("RATE_LIMIT_SPEECH", "0") or 0),
-        help="speech requests per second per client address (0: no limit) "
-        "[GATEWAY_RATE_LIMIT_SPEECH]",
-    )
-    p.add_argument(
-        "--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", "0") or 0),
-        help="close a session after this many seconds with no speech and no request (0: never) "
-        "[GATEWAY_IDLE_TIMEOUT]",
-    )
-    p.add_argument(
-        "--drain-timeout", type=float, default=float(_env("DRAIN_TIMEOUT", "30") or 30),
-        help="on SIGTERM/SIGINT: refuse new sessions and let playing speech finish for up to "
-        "this many seconds before closing every session [GATEWAY_DRAIN_TIMEOUT]",
-    )
-    p.add_argument(
-        "--duplex", action=argparse.BooleanOptionalAction,
-        default=_env("DUPLEX", "") in ("1", "true", "on"),
-        help="full duplex: answer sendrecv offers sendrecv and hear the user (VAD -> ASR -> "
-        "agent -> speech, barge-in) [GATEWAY_DUPLEX=1]",
-    )
-    p.add_argument("--asr", default=_env("ASR", d.asr),
-                   help="the recogniser: whisper[:tiny.en] (bundled, CPU) or "
-                   "openai+http://host:port/v1?model=... [GATEWAY_ASR]")
-    p.add_argument("--agent", default=_env("AGENT", d.agent),
-                   help="the reply step: echo, openai+http://host:port/v1?model=...&system=..., "
-                   "or python:module:function [GATEWAY_AGENT]")
-    p.add_argument("--vad", default=_env("VAD", d.vad),
-                   help="voice activity: silero[:gate=DBFS|off] (frames below the gate, "
-                   "default -60 dBFS, skip the model) or webrtc[:0-3] [GATEWAY_VAD]")
-    p.add_argument("--turn-silence-ms", type=int,
-                   default=int(_env("TURN_SILENCE_MS", str(d.turn_silence_ms)) or 500),
-                   help="silence that ends the user's turn [GATEWAY_TURN_SILENCE_MS]")
-    p.add_argument("--barge-in-ms", type=int,
-                   default=int(_env("BARGE_IN_MS", str(d.barge_in_ms)) or 300),
-                   help="speech over a reply this long cuts it [GATEWAY_BARGE_IN_MS]")
-    p.add_argument("--asr-speculate-ms", type=int,
-                   default=int(_env("ASR_SPECULATE_MS", str(d.asr_speculate_ms)) or 0),
-                   help="start the final decode after this much silence, while the turn's "
-                   "end is still awaited; kept if the turn ends, dropped if the user goes on "
-                   "(0: off) [GATEWAY_ASR_SPECULATE_MS]")
-    p.add_argument("--preemptive-reply", action=argparse.BooleanOptionalAction,
-                   default=_env("PREEMPTIVE_REPLY", "1") not in ("0", "false", "off"),
-                   help="on the speculative transcript, ask the agent and synthesize its first "
-                   "clause before the turn has ended (said only if the turn ends on it) "
-                   "[GATEWAY_PREEMPTIVE_REPLY=0 to turn off]")
-    p.add_argument("--reply-voice", default=_env("REPLY_VOICE"),
-                   help="the voice replies are spoken in (default: the first) "
-                   "[GATEWAY_REPLY_VOICE]")
-    p.add_argument(
-        "--red-distance", type=int, choices=range(0, 5),
-        default=int(_env("RED_DISTANCE", str(d.red_distance)) or 0),
-        help="RFC 2198 redundancy when the offer has red/48000/2: each packet also carries the "
-        "previous N frames (0: off) [GATEWAY_RED_DISTANCE]",
-    )
-    p.add_argument(
-        "--red-max-distance", type=int, choices=range(0, 9), metavar="N",
-        default=int(_env("RED_MAX_DISTANCE", str(d.red_max_distance)) or 0),
-        help="raise the RED distance up to N frames (for 10 s) while the receiver's NACKs show "
-        "longer loss bursts (0: never; at most 8) [GATEWAY_RED_MAX_DISTANCE]",
-    )
-    p.add_argument(
-        "--red-always", action="store_true", default=_env("RED_ALWAYS", "") == "1",
-        help="send RED on every packet, not only while the receiver reports loss "
-        "[GATEWAY_RED_ALWAYS=1]",
-    )
-    p.add_argument(
-        "--http-flush", choices=("adaptive", "frame"), default=_env("HTTP_FLUSH", d.http_flush),
-        help="HTTP streams: after the first frame, coalesce frames that are ready together up to "
-        "16 KB (RTT < 50 ms) or 32 KB (adaptive), or write every frame alone (frame) "
-        "[GATEWAY_HTTP_FLUSH]",
-    )
-    p.add_argument(
-        "--live-lead-ms", type=float, default=float(_env("LIVE_LEAD_MS", str(d.live_lead_ms))),
-        help="HTTP streams with pace=live: how much audio goes out ahead of real time "
-        "[GATEWAY_LIVE_LEAD_MS]",
-    )
-    p.add_argument(
-        "--live-write-ms", type=float,
-        default=float(_env("LIVE_WRITE_MS", str(d.live_write_ms))),
-        help="HTTP streams with pace=live: frames due within this many ms go out in one write "
-        "(early, never late; 20 = every frame alone) [GATEWAY_LIVE_WRITE_MS]",
-    )
-    p.add_argument("--max-body-bytes", type=int,
-                   default=int(_env("MAX_BODY_BYTES", str(d.max_body_bytes)) or 0),
-                   help="largest request body accepted; larger gets 413 [GATEWAY_MAX_BODY_BYTES]")
-    p.add_argument("--max-text-chars", type=int,
-                   default=int(_env("MAX_TEXT_CHARS", str(d.max_text_chars)) or 0),
-                   help="longest speech text accepted [GATEWAY_MAX_TEXT_CHARS]")
-    p.add_argument("--connect-timeout", type=float,
-                   default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
-                   help="seconds a session may take to connect before it is closed "
-                   "[GATEWAY_CONNECT_TIMEOUT]")
-    p.add_argument("--web-dir", type=Path, default=Path(_env("WEB_DIR", str(d.web_dir)) or "."),
-                   help="the demo page's directory [GATEWAY_WEB_DIR]")
-    p.add_argument("--no-nack", action="store_true",
-                   default=(_env("NO_NACK", "") or "") not in ("", "0"),
-                   help="leave a=rtcp-fb nack out of the answer (for comparisons) "
-                   "[GATEWAY_NO_NACK]")
-    p.add_argument("--test-drop-first-tx", type=float, metavar="PERCENT",
-                   default=float(_env("TEST_DROP_FIRST_TX", "0") or 0),
-                   help="TEST ONLY: drop this %% of first RTP transmissions at the gateway, to "
-                   "exercise NACK recovery [GATEWAY_TEST_DROP_FIRST_TX]")
-    p.add_argument("--test-drop-burst", type=float, metavar="FRAMES",
-                   default=float(_env("TEST_DROP_BURST", "0") or 0),
-                   help="TEST ONLY: ... in bursts of this mean length (Gilbert-Elliott; 0: "
-                   "independent losses) [GATEWAY_TEST_DROP_BURST]")
-    p.add_argument("--send-path", choices=["batch", "aiortc"],
-                   default=_env("SEND_PATH", "batch"),
-                   help="batch: every stream's due packet is built and sent from one shared tick "
-                   "(fast); aiortc: aiortc's own per-sender loop pulls from a track "
-                   "[GATEWAY_SEND_PATH]")
-    p.add_argument("--idle-packets", choices=["silence", "dtx"],
-                   default=_env("IDLE_PACKETS", "silence"),
-                   help="what a stream sends between utterances (batch send path): silence: a "
-                   "silent Opus frame every 20 ms; dtx: Opus DTX, a 1-byte packet every 400 ms, "
-                   "speech resuming with the marker bit set [GATEWAY_IDLE_PACKETS]")
-    p.add_argument("--early-first-frame", action=argparse.BooleanOptionalAction,
-                   default=_env("EARLY_FIRST_FRAME", "0") not in ("", "0", "false"),
-                   help="with --idle-packets dtx: a new utterance's first frame is sent at once "
-                   "(the stream's clock restarts there) instead of in its next 20 ms slot "
-                   "[GATEWAY_EARLY_FIRST_FRAME]")
-    p.add_argument("--event-loop", choices=["auto", "uvloop", "asyncio"],
-                   default=_env("EVENT_LOOP", "auto"),
-                   help="auto = uvloop when installed (the 'speed' extra), else asyncio "
-                   "[GATEWAY_EVENT_LOOP]")
-    p.add_argument("--phrase-cache-mb", type=float,
-                   default=float(_env("PHRASE_CACHE_MB", str(d.phrase_cache_mb)) or 0),
-                   help="memory for already-encoded repeated phrases, MB; 0 disables "
-                   "[GATEWAY_PHRASE_CACHE_MB]")
-    p.add_argument("--phrase-cache-dir", type=Path,
-                   default=Path(v) if (v := _env("PHRASE_CACHE_DIR")) else None,
-                   help="persist the phrase cache in this directory (default: memory only) "
-                   "[GATEWAY_PHRASE_CACHE_DIR]")
-    p.add_argument("--keep-dtls-state", action="store_true",
-                   default=(_env("KEEP_DTLS_STATE", "") or "") not in ("", "0"),
-                   help="keep OpenSSL's DTLS connection for the whole session (by default an "
-                   "established DTLS 1.2 client's is freed: ≈100 KB per session) "
-                   "[GATEWAY_KEEP_DTLS_STATE]")
-    p.add_argument("--stall-warn-ms", type=float,
-                   default=float(_env("STALL_WARN_MS", "0") or 0),
-                   help="log where the event loop is when it is blocked this long; counts in "
-                   "/healthz (0: off) [GATEWAY_STALL_WARN_MS]")
-    p.add_argument(
-        "--workers", type=_workers, default=_env("WORKERS", "1") or "1",  # a str: parsed by type
-        metavar="N|auto",
-        help="gateway processes (one event loop each) behind --port, on ports --port + 1 + i; "
-        "auto = one per core; 1 = a single process [GATEWAY_WORKERS]",
-    )
-    p.add_argument("--redis-url", default=_env("REDIS_URL"),
-                   help="register workers, their load and their sessions in this Redis; every "
-                   "machine pointed at it is one cluster (redis://host:6379/0) "
-                   "[GATEWAY_REDIS_URL]")
-    p.add_argument("--advertise-url", default=_env("ADVERTISE_URL"),
-                   help="the URL clients and other nodes reach this gateway at (default: from "
-                   "--host/--port); sessions' Locations are absolute under it "
-                   "[GATEWAY_ADVERTISE_URL]")
-    p.add_argument("--session-id-prefix", type=_prefix,
-                   default=_env("SESSION_ID_PREFIX", "") or "",
-                   help="start every session id with this (letters, digits, '.', '_', '-'); the "
-                   "supervisor gives each worker its own [GATEWAY_SESSION_ID_PREFIX]")
-    p.add_argument("--log-format", choices=("text", "json"),
-                   default=_env("LOG_FORMAT", "text"),
-                   help="text, or json: one object per line with the session and utterance "
-                   "ids [GATEWAY_LOG_FORMAT]")
-    p.add_argument("--log-level", default=_env("LOG_LEVEL", d.log_level),
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="[GATEWAY_LOG_LEVEL]")
+    add_arguments(p, GatewayConfig)
     return p
 
 
-def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
-    args = build_parser().parse_args(argv)
-    if args.live_lead_ms < 0 or args.live_write_ms < 0:
-        raise SystemExit("error: --live-lead-ms and --live-write-ms must be >= 0")
-    voices = tuple(args.voices or ()) or tuple(
-        v.strip() for v in (_env("VOICES", "") or "").split(";") if v.strip()
-    )
-    return GatewayConfig(
-        host=args.host,
-        port=args.port,
-        ice_hosts=_csv(args.ice_hosts),
-        ice_servers=_csv(args.ice_servers),
-        udp_mux=not args.no_udp_mux,
-        udp_port=args.udp_port,
-        udp_sendmmsg=not args.no_sendmmsg,
-        turn_username=args.turn_username,
-        turn_credential=args.turn_credential,
-        voices=voices or GatewayConfig.voices,
-        max_sessions=args.max_sessions,
-        bitrate=args.bitrate,
-        expected_loss=args.expected_loss,
-        max_body_bytes=args.max_body_bytes,
-        max_text_chars=args.max_text_chars,
-        connect_timeout_s=args.connect_timeout,
-        web_dir=args.web_dir,
-        log_level=args.log_level,
-        log_format=args.log_format,
-        event_loop=args.event_loop,
-        send_path=args.send_path,
-        idle_packets=args.idle_packets,
-        early_first_frame=args.early_first_frame,
-        answer_nack=not args.no_nack,
-        release_dtls=not args.keep_dtls_state,
-        test_drop_first_tx_percent=args.test_drop_first_tx,
-        test_drop_burst=args.test_drop_burst,
-        phrase_cache_mb=args.phrase_cache_mb,
-        phrase_cache_dir=args.phrase_cache_dir,
-        stall_warn_ms=args.stall_warn_ms,
-        cors_origins=_csv(args.cors_origins) or ("*",),
-        auth_tokens=tuple(args.auth_tokens or ()) or _csv(_env("AUTH_TOKEN")),
-        auth_jwt_secret=args.auth_jwt_secret or None,
-        rate_limit_sessions=args.rate_limit_sessions,
-        rate_limit_speech=args.rate_limit_speech,
-        idle_timeout_s=args.idle_timeout,
-        drain_timeout_s=args.drain_timeout,
-        duplex=args.duplex,
-        asr=args.asr,
-        agent=args.agent,
-        vad=args.vad,
-        turn_silence_ms=args.turn_silence_ms,
-        barge_in_ms=args.barge_in_ms,
-        asr_speculate_ms=args.asr_speculate_ms,
-        preemptive_reply=args.preemptive_reply,
-        reply_voice=args.reply_voice,
-        red_distance=args.red_distance,
-        red_max_distance=args.red_max_distance,
-        red_adaptive=not args.red_always,
-        http_flush=args.http_flush,
-        live_lead_ms=args.live_lead_ms,
-        live_write_ms=args.live_write_ms,
-        workers=args.workers,
-        redis_url=args.redis_url or None,
-        advertise_url=args.advertise_url or None,
-        session_id_prefix=args.session_id_prefix,
-    )
+def parse_config(
+    argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+) -> GatewayConfig:
+    env = os.environ if environ is None else environ
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    check_renamed(args_list, env, RENAMED, parser.error)
+    args = parser.parse_args(args_list)
+    return GatewayConfig(**values(GatewayConfig, args, env, parser.error))
+
+
+def _main() -> None:
+    """``python -m gateway.config --markdown``: the option list for docs/options.md."""
+    if sys.argv[1:] == ["--markdown"]:
+        print(markdown(GatewayConfig))
+    else:
+        raise SystemExit("usage: python -m gateway.config --markdown")
+
+
+if __name__ == "__main__":
+    _main()

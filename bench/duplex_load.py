@@ -1,15 +1,17 @@
-"""Talking sessions do not disturb the pacing of listening sessions (ASR off the loop; measured
-lateness). 10 talking and 200 listening sessions on a machine of 4 cores or more; on 2 cores,
-4 and 100 (why below). ``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override.
+"""Benchmark: talking sessions do not disturb the pacing of listening sessions (ASR off the loop;
+measured lateness). ``python -m bench.duplex_load`` (a table printed, JSON in bench/results/);
+it was a non-strict xfail test until 2026-12-02: a speed figure, so it belongs here. 10 talking
+and 200 listening sessions on a machine of 4 cores or more; on 2 cores, 4 and 100 (why below).
+``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override.
 
-The gateway runs in this process (the ``start_gateway`` fixture: duplex on, real Whisper
-tiny.en, Silero VAD, the echo agent, tone voices); its event loop paces every stream. The peers
-run in a load generator process of their own (``bench.duplex_loadgen``, its own session,
-pinned to core 1): the listeners (recvonly aiortc peers, each hearing a 5 s phrase-cache phrase
-back to back; arrival times are the kernel's receive timestamps of the clear RTP headers) and
-the talkers (sendrecv aiortc peers whose microphones speak espeak-ng questions in real time and
-hear the replies). Windows alternate, twice, so that both kinds share whatever else the
-machine was doing:
+The gateway runs in this process (``start_gateway`` below, as the tests' fixture: duplex on,
+real Whisper tiny.en, Silero VAD, the echo agent, tone voices); its event loop paces every
+stream. The peers run in a load generator process of their own (``bench.duplex_loadgen``, its
+own session, pinned to core 1): the listeners (recvonly aiortc peers, each hearing a 5 s phrase-
+cache phrase back to back; arrival times are the kernel's receive timestamps of the clear RTP
+headers) and the talkers (sendrecv aiortc peers whose microphones speak espeak-ng questions in
+real time and hear the replies). Windows alternate, twice, so that both kinds share whatever
+else the machine was doing:
 
 - quiet (6 s): the talkers connected, their microphones sending silence (the gateway already
   decodes, resamples and runs the VAD on every uplink frame);
@@ -19,7 +21,8 @@ machine was doing:
 Measured per window: the listeners' packet lateness (arrival - RTP timestamp / 48 kHz, minus
 that stream's earliest offset in the window), the gateway's pacer counters (slots released
 > 5 ms late), loop stalls >= 10 ms (the gateway's StallWatch, as ``--stall-warn-ms 10``), the
-CPU of the event loop's thread and of the process's other threads. Asserted:
+CPU of the event loop's thread and of the process's other threads. The targets, printed beside
+the figures:
 
 1. the talkers loaded the recogniser: a final transcript and an audible reply per talker at
    least, Whisper decodes in the talking windows (none to speak of in the quiet ones);
@@ -56,26 +59,25 @@ Silero skips sustained silence (the gate): talking 99.17 and 99.55 % against 99.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import pytest
+from aiohttp import web
 
+from gateway import aiortc_compat
+from gateway.api.app import create_app
+from gateway.api.routes import REGISTRY
+from gateway.config import GatewayConfig
 from gateway.runtime.stall_watch import StallStats, StallWatch
 from gateway.testing.spoken_audio import have_espeak
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
-
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
-pytestmark = [
-    pytest.mark.asr,
-    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
-    pytest.mark.timeout(150),
-]
 
 REPO = Path(__file__).resolve().parent.parent
 BIG = (os.cpu_count() or 1) >= 4
@@ -158,17 +160,36 @@ class GatewayCounters:
         return total
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="2026-12-01 on 2 vCPUs: passes 6 runs in 7 (talking 99.17-99.59 % within 5 ms); "
-    "the 7th, inside a full suite run, 98.44 % against 99.84 % quiet -- still at the edge here",
-)
-async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
-    start_gateway, tmp_path
-):
+class Gateway:
+    """An in-process gateway on 127.0.0.1 (as the tests' ``start_gateway`` fixture)."""
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, url: str) -> None:
+        self.app, self.runner, self.url = app, runner, url
+
+    @property
+    def registry(self):
+        return self.app[REGISTRY]
+
+
+async def start_gateway(**overrides) -> Gateway:
+    config = dataclasses.replace(
+        GatewayConfig(host="127.0.0.1", port=0, ice_hosts=("127.0.0.1",)), **overrides)
+    app = create_app(config, voices())
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return Gateway(app, runner, f"http://127.0.0.1:{runner.addresses[0][1]}")
+
+
+def check(name: str, ok: bool, figure: object, target: str, checks: list[dict]) -> None:
+    checks.append({"check": name, "ok": ok, "figure": figure, "target": target})
+
+
+async def run() -> dict:
     started = time.monotonic()
-    gateway = await start_gateway(voices(), duplex=True, reply_voice="tone", asr=ASR,
+    gateway = await start_gateway(duplex=True, reply_voice="tone", asr=ASR,
                                   max_sessions=LISTENERS + TALKERS + 20, connect_timeout_s=60.0)
+    tmp_path = Path(tempfile.mkdtemp(prefix="duplex_load_"))
     gateway.registry.gc.freeze()  # as gateway.cli does once serving
     watch = StallWatch(0.010)  # the gateway's own loop-stall watch (``--stall-warn-ms 10``)
     watch.start()
@@ -202,7 +223,10 @@ async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
             proc.kill()
             await proc.wait()
         watch.stop()
-    assert proc.returncode == 0, "\n".join(lines[-40:])
+        await gateway.runner.cleanup()
+        aiortc_compat.restrict_ice_hosts(None)
+    if proc.returncode != 0:
+        raise SystemExit("the load generator failed:\n" + "\n".join(lines[-40:]))
     result = json.loads(out.read_text())
     connect = result["connect"]
     assert connect["listeners_ok"] == LISTENERS and not connect["talkers_failed"], connect
@@ -233,25 +257,57 @@ async def test_talking_sessions_do_not_disturb_the_pacing_of_listening_sessions(
               f"Whisper's process {g['asr_process_cpu_pct']} %")
     print(f"talkers: {talkers}; took {time.monotonic() - started:.1f} s")
 
+    checks: list[dict] = []
     # 1. the talkers really loaded the recogniser in the talking windows
-    assert talkers["final_transcripts"] >= TALKERS, talkers
-    assert talkers["audible_replies"] >= TALKERS, talkers
-    assert gw["talk"]["decodes"] >= TALKERS, gw
-    assert gw["quiet"]["decodes"] <= 2, gw  # (a last partial may end in the next quiet one)
-    # every listener kept receiving
-    assert all(w["sessions_measured"] == LISTENERS and not w["sessions_without_packets"]
-               for w in result["windows"])
+    check("final transcripts", talkers["final_transcripts"] >= TALKERS,
+          talkers["final_transcripts"], f">= {TALKERS}", checks)
+    check("audible replies", talkers["audible_replies"] >= TALKERS,
+          talkers["audible_replies"], f">= {TALKERS}", checks)
+    check("Whisper decodes talking", gw["talk"]["decodes"] >= TALKERS, gw["talk"]["decodes"],
+          f">= {TALKERS}", checks)
+    check("Whisper decodes quiet", gw["quiet"]["decodes"] <= 2, gw["quiet"]["decodes"], "<= 2",
+          checks)
+    check("every listener kept receiving", all(
+        w["sessions_measured"] == LISTENERS and not w["sessions_without_packets"]
+        for w in result["windows"]), None, "all", checks)
     # 2. ASR off the loop: its CPU is the other threads' or (the default) its child process's
-    assert gw["talk"]["other_threads_cpu_pct"] + gw["talk"]["asr_process_cpu_pct"] >= 15.0, gw
-    assert gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 15.0, gw
+    asr_cpu = gw["talk"]["other_threads_cpu_pct"] + gw["talk"]["asr_process_cpu_pct"]
+    check("ASR CPU off the loop (% core)", asr_cpu >= 15.0, asr_cpu, ">= 15", checks)
+    check("loop CPU talking - quiet (points)",
+          gw["talk"]["loop_cpu_pct"] <= gw["quiet"]["loop_cpu_pct"] + 15.0,
+          round(gw["talk"]["loop_cpu_pct"] - gw["quiet"]["loop_cpu_pct"], 1), "<= 15", checks)
     # 3. the pacing held while they talked -- if the machine let the quiet windows keep time
     others = [w["others_cpu_pct"] for w in result["windows"]]
-    if quiet["on_time_share"] < 0.99 or max(others) > OTHERS_MAX_PCT:
-        pytest.skip(
-            f"pacing not judged: other processes took {min(others):.0f}-{max(others):.0f} % "
-            f"of a core in the windows (load average {os.getloadavg()[0]:.1f}); quiet "
-            f"windows {100 * quiet['on_time_share']:.2f} % within 5 ms, talking "
-            f"{100 * talk['on_time_share']:.2f} %")
-    assert talk["on_time_share"] >= 0.99, (quiet, talk)
-    assert talk["lateness_ms"]["p99"] <= quiet["lateness_ms"]["p99"] + 5.0, (quiet, talk)
-    assert gw["talk"]["max_stall_ms"] < 20.0, gw
+    judged = quiet["on_time_share"] >= 0.99 and max(others) <= OTHERS_MAX_PCT
+    if not judged:
+        print(f"pacing not judged: other processes took {min(others):.0f}-{max(others):.0f} % "
+              f"of a core in the windows (load average {os.getloadavg()[0]:.1f}); quiet "
+              f"windows {100 * quiet['on_time_share']:.2f} % within 5 ms")
+    check("talking on time (within 5 ms)", talk["on_time_share"] >= 0.99,
+          round(100 * talk["on_time_share"], 2), ">= 99 %", checks)
+    check("p99 talking - quiet (ms)",
+          talk["lateness_ms"]["p99"] <= quiet["lateness_ms"]["p99"] + 5.0,
+          round(talk["lateness_ms"]["p99"] - quiet["lateness_ms"]["p99"], 2), "<= 5", checks)
+    check("max loop stall talking (ms)", gw["talk"]["max_stall_ms"] < 20.0,
+          gw["talk"]["max_stall_ms"], "< 20", checks)
+    print(f"{'check':<36} {'figure':>10} {'target':>8}  met")
+    for c in checks:
+        met = "yes" if c["ok"] else "NO"
+        print(f"{c['check']:<36} {c['figure']!s:>10} {c['target']:>8}  {met}")
+    return {"listeners": LISTENERS, "talkers": TALKERS, "asr": ASR, "pacing_judged": judged,
+            "quiet": quiet, "talk": talk, "gateway": gw, "talkers_summary": talkers,
+            "checks": checks, "load_before": load_before}
+
+
+def main() -> None:
+    if not have_espeak():
+        raise SystemExit("espeak-ng (Debian) speaks the questions: make test installs it")
+    result = asyncio.run(run())
+    out = REPO / "bench" / "results" / "duplex_load.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
