@@ -1,4 +1,4 @@
-"""What every session of a gateway is made with (from the command line, gateway/config.py)."""
+"""What every session of a gateway is made with (from the settings in gateway/config/)."""
 
 from __future__ import annotations
 

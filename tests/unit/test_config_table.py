@@ -1,5 +1,5 @@
-"""Settings declared once (gateway/config.py, gateway/config_table.py): flags, variables, the
-options dataclasses below and docs/options.md all come from the one declaration."""
+"""Settings declared once (gateway/config/): flags, variables, the options dataclasses below
+and docs/options.md all come from the one declaration."""
 
 import dataclasses
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import RENAMED, GatewayConfig, parse_config
-from gateway.config_table import env_of, flag_of, markdown, settings
+from gateway.config.table import env_of, flag_of, markdown, settings
 from gateway.conversation.duplex import HearingOptions
 from gateway.conversation.options import SessionOptions
 

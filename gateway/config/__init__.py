@@ -1,5 +1,5 @@
 """Gateway settings, each declared once: a field of ``GatewayConfig`` with its default, flag,
-``GATEWAY_*`` variable and help (``opt``, gateway/config_table.py). The command line, the
+``GATEWAY_*`` variable and help (``opt``, gateway/config/table.py). The command line, the
 environment, the options dataclasses of the layers below (by field name) and docs/options.md
 are all made from it."""
 
@@ -18,13 +18,13 @@ from typing import Any
 from aiortc import RTCConfiguration, RTCIceServer
 
 from gateway import __version__
-from gateway.config_table import add_arguments, check_renamed, markdown, opt, values
+from gateway.config.table import add_arguments, check_renamed, opt, values
 from gateway.conversation.duplex import HearingOptions
 from gateway.conversation.options import SessionOptions
 from gateway.media.opus_codec import EncoderSettings
 from gateway.media.sink import DEFAULT_PLAYOUT_ALLOWANCE_S
 
-WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 
 def _csv(value: str | None) -> tuple[str, ...]:
     if not value:
@@ -289,15 +289,3 @@ def parse_config(
     check_renamed(args_list, env, RENAMED, parser.error)
     args = parser.parse_args(args_list)
     return GatewayConfig(**values(GatewayConfig, args, env, parser.error))
-
-
-def _main() -> None:
-    """``python -m gateway.config --markdown``: the option list for docs/options.md."""
-    if sys.argv[1:] == ["--markdown"]:
-        print(markdown(GatewayConfig))
-    else:
-        raise SystemExit("usage: python -m gateway.config --markdown")
-
-
-if __name__ == "__main__":
-    _main()

@@ -164,8 +164,9 @@ def _show(value: Any) -> str:
 def markdown(cls: type) -> str:
     """The option list (docs/options.md): one table per group."""
     lines = ["# Options", "",
-             "Made from `gateway/config.py` by `python -m gateway.config --markdown`; a test",
-             "checks it is current. Each flag's variable holds the setting's value; a flag wins.",
+             "Made from `gateway/config/__init__.py` by `python -m gateway.config --markdown`;",
+             "a test checks it is current. Each flag's variable holds the setting's value; a",
+             "flag wins.",
              ""]
     groups: dict[str, list[dataclasses.Field[Any]]] = {}
     for field in settings(cls):
