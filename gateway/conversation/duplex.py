@@ -37,6 +37,7 @@ from gateway.agent.base import Agent, AgentError, History
 from gateway.agent.clauses import stream_clauses
 from gateway.conversation.conversation import Conversation
 from gateway.listen.listener import (
+    SPECULATE_MS,
     FinalTranscript,
     Listener,
     PartialTranscript,
@@ -44,9 +45,10 @@ from gateway.listen.listener import (
     TentativeTranscript,
     TranscriptionFailed,
 )
-from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
+from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOptions
 from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
+from gateway.runtime.defaults import default_of
 from gateway.speech.prerender import Prerender
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import FINAL_STATES, Utterance
@@ -395,12 +397,12 @@ class HearingOptions:
     asr: str = "whisper:tiny.en"
     agent: str = "echo"
     vad: str = "silero"
-    turn_silence_ms: int = 500
-    barge_in_ms: int = 300
+    turn_silence_ms: int = default_of(TurnOptions, "stop_ms")
+    barge_in_ms: int = default_of(TurnOptions, "barge_in_ms")
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
     #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
-    asr_speculate_ms: int = 100
+    asr_speculate_ms: int = SPECULATE_MS
     #: prepare the reply (agent, first clause's synthesis) on the speculative transcript
     preemptive_reply: bool = True
 
@@ -424,7 +426,6 @@ class DuplexFactory:
             await load()
 
     def make(self, conversation: Conversation) -> Duplex:
-        from gateway.listen.turns import TurnOptions
         from gateway.listen.vad import build_vad
 
         # The speculation decodes the segment as it would end, post-speech pad included: a
