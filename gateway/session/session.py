@@ -1,10 +1,10 @@
 """A session: an id, a transport-free conversation and the legs that carry it.
 
-Today a session has one leg, WebRTC (``webrtc_leg.WebRtcLeg``: the peer connection, its RTP sink
-and NACK responder); HTTP legs (a listener on the conversation's frames) join the same way. A
-session owns everything it starts and ``close`` ends all of it -- every step runs even when an
-earlier one fails -- and closing twice is harmless. A peer that fails or closes its side ends
-its own session only.
+A session's leg is WebRTC (``gateway.webrtc.leg.WebRtcLeg``: the peer connection, its RTP sink,
+NACK answers and, in full duplex, the microphone's receive path); the leg is an ``AudioSink`` of
+the conversation (``gateway.media.sink``). A session owns everything it starts and ``close``
+ends all of it -- every step runs even when an earlier one fails -- and closing twice is
+harmless. A peer that fails or closes its side ends its own session only.
 
 Session ids are ``<prefix><random>``: the registry's prefix can later name the worker that owns
 the session (scale-out), so any node can route a request by its id alone.
