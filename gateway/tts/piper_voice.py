@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
+from gateway.text.segmenter import split_clauses
 from gateway.tts.base import PcmChunk, SynthesisError
-from gateway.tts.clauses import split_clauses
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
