@@ -59,6 +59,9 @@ class SocketStats:
 
     sockets: int = 0
     contexts: set[SpeechContext] = field(default_factory=set)
+    opened: int = 0  # sockets ever accepted
+    peak_contexts: int = 0  # the most contexts open at once on one socket
+    aborted: int = 0  # contexts stopped mid-way because their socket closed
 
 
 def inactivity(value: str | None) -> float:
@@ -125,6 +128,7 @@ class ContextSocket:
                                     self._done)
             self.contexts[context_id] = context
             self.stats.contexts.add(context)
+            self.stats.peak_contexts = max(self.stats.peak_contexts, len(self.contexts))
         return context
 
     async def handle(self, raw: str) -> None:
@@ -182,6 +186,7 @@ class ContextSocket:
 
     async def abort(self) -> None:
         for context in list(self.contexts.values()):
+            self.stats.aborted += not context.done
             await context.abort()
         self.contexts.clear()
 
@@ -194,6 +199,7 @@ async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputForm
     await ws.prepare(request)
     sock = ContextSocket(ws, voice, fmt, limits, stats, multi)
     stats.sockets += 1
+    stats.opened += 1
     try:
         while not ws.closed:
             try:
