@@ -10,8 +10,11 @@ AGENT ?= echo
 WORKERS ?= 1
 UDP_PORT ?= 0
 STAMP := $(VENV)/.installed
+# The ElevenLabs-protocol clients (Pipecat, LiveKit Agents) need a venv of their own.
+CLIENTS_VENV ?= .venv-clients
+CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
-.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test clients test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -38,6 +41,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	touch $(STAMP)
 
+$(CLIENTS_STAMP): tests/clients/requirements.txt
+	$(PYTHON) -m venv $(CLIENTS_VENV)
+	$(CLIENTS_VENV)/bin/pip install --upgrade pip
+	$(CLIENTS_VENV)/bin/pip install -r tests/clients/requirements.txt
+	touch $(CLIENTS_STAMP)
+
+clients: $(CLIENTS_STAMP)  # tests/test_elevenlabs_clients.py runs them from here
+
 run: $(STAMP) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
 		--voice "$(VOICE)" --duplex --agent "$(AGENT)" --workers "$(WORKERS)" --udp-port "$(UDP_PORT)"
@@ -49,7 +60,7 @@ browser: $(STAMP)
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
 	else echo "note: Debian chromium/espeak-ng/redis-server cannot be installed here; their tests will skip"; fi
 
-test: $(STAMP) browser $(SWAGGER_UI)
+test: $(STAMP) browser $(SWAGGER_UI) $(CLIENTS_STAMP)
 	$(BIN)/pytest
 
 test-fast: $(STAMP)

@@ -59,7 +59,7 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
 
 
 def test_the_first_clause_is_cut_after_three_words_and_the_spec_can_say_otherwise():
-    from gateway.tts.clauses import split_clauses
+    from gateway.text.segmenter import split_clauses
     from gateway.tts.registry import build_voice
 
     default = build_voice("piper")

@@ -21,7 +21,7 @@ from aiohttp import web
 from gateway.api.errors import ApiError, Handler
 
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
-ALLOW_HEADERS = "Authorization, Content-Type, If-Match"
+ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
 
@@ -135,6 +135,9 @@ def _credentials(request: web.Request) -> str | None:
     can send headers) carries. Never for requests that change state: a token in a URL ends up
     in histories and logs, so it may only read."""
     header = request.headers.get("Authorization")
+    if header is None and "xi-api-key" in request.headers:
+        # ElevenLabs' clients (Pipecat, LiveKit) send their key so: it is our bearer token
+        return f"Bearer {request.headers['xi-api-key']}"
     if header is None and request.method in ("GET", "HEAD"):
         token = request.query.get("access_token")
         if token:
@@ -188,6 +191,8 @@ def _limited(request: web.Request) -> str | None:
     if path == "/v1/sessions":
         return "sessions"
     if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):
+        return "speech"
+    if "/text-to-speech/" in path:  # the ElevenLabs-compatible HTTP routes
         return "speech"
     return None
 

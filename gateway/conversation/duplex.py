@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from gateway.agent.base import Agent, AgentError, History
-from gateway.agent.clauses import stream_clauses
 from gateway.conversation.conversation import Conversation
 from gateway.listen.listener import (
     SPECULATE_MS,
@@ -52,6 +51,7 @@ from gateway.runtime.defaults import default_of
 from gateway.speech.prerender import Prerender
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import FINAL_STATES, Utterance
+from gateway.text.streaming import stream_clauses
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
