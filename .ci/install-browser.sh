@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# What the tests need from Debian: Chromium for tests/browser and bench/browser_latency.py
-# (/usr/lib/chromium/chromium, driven by the Python Playwright package) and espeak-ng, which
-# speaks the questions the full-duplex tests ask in a voice other than the gateway's, and
-# redis-server, the cluster registry tests/test_cluster*.py start on a free port (no
-# persistence; never as a service). Idempotent: each step runs only
-# when its result is missing. Never `playwright install` (it downloads a browser and fails
-# offline); the tests launch the Debian binary through executable_path.
+# What the tests need from Debian, installed when missing (idempotent: apt-get runs only then):
+# - chromium: tests/browser and bench/browser_latency.py drive /usr/lib/chromium/chromium through
+#   the Python Playwright package (a dev extra). Never `playwright install` (it downloads a
+#   browser and fails offline); the tests launch the Debian binary through executable_path.
+# - espeak-ng: speaks the questions the full-duplex tests ask, in a voice other than the gateway's.
+# - redis-server: the cluster registry tests/test_cluster*.py start on a free port (no
+#   persistence; never as a service).
+# - npm (Debian's, with its nodejs): `npm pack` fetches the third-party WHEP player
+#   (tests/browser/test_whep_client.py) from the npm registry; JS clients bundled for tests later
+#   need it too. The run path needs none of this (Swagger UI comes from PyPI).
+# Not root or no apt-get: says what is missing and leaves it; those tests skip, or fail under
+# CI=true (tests/installed.py, tests/test_installed.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="${PIP:-.venv/bin/pip}"
@@ -14,12 +19,20 @@ missing=()
 [ -x /usr/lib/chromium/chromium ] || missing+=(chromium)
 command -v espeak-ng >/dev/null || missing+=(espeak-ng)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
-    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+    else
+        echo "note: cannot install ${missing[*]} here (needs root and apt-get):" \
+            "their tests will skip (and fail under CI=true)"
+        exit 0
+    fi
 fi
 if ! "$(dirname "$PIP")/python" -c "import playwright" 2>/dev/null; then
     "$PIP" install playwright
 fi
 
 /usr/lib/chromium/chromium --version
+echo "npm $(npm --version), node $(node --version)"
 "$(dirname "$PIP")/python" -c "from importlib.metadata import version; print('playwright', version('playwright'))"

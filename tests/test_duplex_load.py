@@ -69,11 +69,12 @@ from gateway.runtime.stall_watch import StallStats, StallWatch
 from gateway.testing.spoken_audio import have_espeak
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
+from tests.installed import need_module, needs
 
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [
     pytest.mark.asr,
-    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+    needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
     pytest.mark.timeout(150),
 ]
 

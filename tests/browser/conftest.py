@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.browser.chromium import CHROMIUM, launch
+from tests.installed import missing
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -34,7 +35,7 @@ CONNECTED = (
 @pytest.fixture
 async def playwright_driver() -> AsyncIterator[Any]:
     if not CHROMIUM.exists():
-        pytest.skip(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh")
+        missing("chromium", f"Debian's Chromium at {CHROMIUM} (.ci/install-browser.sh)")
     try:
         from playwright.async_api import async_playwright
     except ImportError:  # chromium is there, so this is a broken setup, not an opt-out
