@@ -47,7 +47,7 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 # button works (`GATEWAY_DUPLEX=0 make run` turns it off).
 run: export GATEWAY_DUPLEX ?= 1
 run: $(RUN_STAMP)
-	$(BIN)/python -m gateway $(RUN_FLAGS)
+	$(BIN)/python -m gateway $(strip $(RUN_FLAGS))
 
 # What the tests need from Debian (chromium, espeak-ng, redis-server, npm): .ci/install-browser.sh
 # installs what is missing when it can (root with apt-get); otherwise their tests skip here and
