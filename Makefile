@@ -20,7 +20,7 @@ RUN_FLAGS := $(if $(HOST),--host "$(HOST)") $(if $(PORT),--port "$(PORT)") \
 	$(if $(AGENT),--agent "$(AGENT)") $(if $(WORKERS),--workers "$(WORKERS)") \
 	$(if $(UDP_PORT),--udp-port "$(UDP_PORT)")
 
-.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick debian clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -38,8 +38,9 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e ".[voice,listen,speed]"
 	touch $@
 
-# ... and the dev tools the tests, benches and linters use.
-$(TEST_STAMP): pyproject.toml | $(BIN)/python
+# ... and the dev tools the tests, benches and linters use (after the Debian parts: pesq builds
+# from source with gcc).
+$(TEST_STAMP): pyproject.toml | $(BIN)/python debian
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	touch $@
 
@@ -49,19 +50,19 @@ run: export GATEWAY_DUPLEX ?= 1
 run: $(RUN_STAMP)
 	$(BIN)/python -m gateway $(strip $(RUN_FLAGS))
 
-# What the tests need from Debian (chromium, espeak-ng, redis-server, npm): .ci/install-browser.sh
-# installs what is missing when it can (root with apt-get); otherwise their tests skip here and
-# fail under CI (CI=true; tests/installed.py).
-browser: $(TEST_STAMP)
-	@.ci/install-browser.sh
+# What the tests need from Debian (chromium, espeak-ng, redis-server, npm, gcc): installed when
+# missing where it can be (root with apt-get); otherwise their tests skip here and fail under CI
+# (CI=true; tests/installed.py).
+debian:
+	@.ci/install-debian.sh
 
-test: $(TEST_STAMP) browser
+test: $(TEST_STAMP) debian
 	$(BIN)/pytest
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/pytest -m "not browser and not voice"
 
-screenshot: $(TEST_STAMP) browser  # the README's docs/screenshot.png, retaken
+screenshot: $(TEST_STAMP) debian  # the README's docs/screenshot.png, retaken
 	UPDATE_SCREENSHOT=1 $(BIN)/pytest -q tests/browser/test_layout.py
 
 fuzz: $(TEST_STAMP)
@@ -74,7 +75,7 @@ lint: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(BIN)/python -m bench.latency
 
-bench-browser: $(TEST_STAMP) browser
+bench-browser: $(TEST_STAMP) debian
 	$(BIN)/python -m bench.browser_latency
 
 bench-load: $(TEST_STAMP)
@@ -83,10 +84,10 @@ bench-load: $(TEST_STAMP)
 bench-load-designs: $(TEST_STAMP)  # the shared UDP socket against one socket per session (issue 16)
 	$(BIN)/python -m bench.load --server designs --ladder 250,500,750,1000
 
-bench-duplex: $(TEST_STAMP) browser
+bench-duplex: $(TEST_STAMP) debian
 	$(BIN)/python -m bench.duplex
 
-bench-duplex-quick: $(TEST_STAMP) browser
+bench-duplex-quick: $(TEST_STAMP) debian
 	$(BIN)/python -m bench.duplex --quick
 
 bench-http: $(TEST_STAMP)

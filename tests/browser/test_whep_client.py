@@ -1,5 +1,5 @@
 """A real third-party WHEP client in Chromium, from another origin: medooze's ``whip-whep``
-(fetched from the npm registry by ``npm pack``: Debian's npm, which .ci/install-browser.sh
+(fetched from the npm registry by ``npm pack``: Debian's npm, which .ci/install-debian.sh
 installs; served as the package ships it: an ES module)
 on a tiny player page served by a second aiohttp server (another port of 127.0.0.1, so another
 origin: every request is CORS). Its ``WHEPClient`` ``view()``s the gateway's ``POST
