@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.api.models import JsonOffer, SpeechCreate, parse
-from gateway.api.openapi import DOCS_PAGE
+from gateway.api.openapi import DOCS_PAGE, SWAGGER_UI_FILES, swagger_ui_file
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
@@ -405,5 +405,19 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 @routes.get("/docs")
 async def api_docs(request: web.Request) -> web.Response:
-    """Swagger UI (from web/vendor, installed by make) rendering /openapi.json."""
+    """Swagger UI rendering /openapi.json; its files come from ``/docs/{file}``."""
     return web.Response(text=DOCS_PAGE, content_type="text/html")
+
+
+@routes.get("/docs/{file}")
+async def api_docs_file(request: web.Request) -> web.FileResponse:
+    """One of Swagger UI's files, from the installed swagger-ui-bundle-v2 package (a 404 JSON
+    error for any other name, or when the package is missing)."""
+    name = request.match_info["file"]
+    path = swagger_ui_file(name)
+    if path is None:
+        message = (f"{name!r} is not one of Swagger UI's files ({', '.join(SWAGGER_UI_FILES)})"
+                   if name not in SWAGGER_UI_FILES else
+                   f"Swagger UI's {name} is not installed (pip install swagger-ui-bundle-v2)")
+        raise ApiError(404, "not_found", message)
+    return web.FileResponse(path, headers={"Content-Type": SWAGGER_UI_FILES[name]})
