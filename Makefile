@@ -75,7 +75,7 @@ test: $(TEST_STAMP) debian $(CLIENTS_STAMP)
 # no voice model.
 test-fast: $(TEST_STAMP)
 	$(BIN)/pytest -q -m "not browser and not voice and not asr" tests/unit tests/nack tests/fuzz \
-		tests/test_api.py tests/test_errors.py tests/test_access.py tests/test_layout.py
+		tests/test_api.py tests/test_access.py tests/test_layout.py
 
 screenshot: $(TEST_STAMP) debian  # the README's docs/screenshot.png, retaken
 	UPDATE_SCREENSHOT=1 $(BIN)/pytest -q tests/browser/test_layout.py
