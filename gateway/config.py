@@ -56,6 +56,9 @@ class GatewayConfig:
     cors_origins: tuple[str, ...] = ("*",)
     auth_tokens: tuple[str, ...] = ()  # static bearer tokens (none: no auth unless a JWT secret)
     auth_jwt_secret: str | None = None  # HS256 JWTs with exp signed with this are accepted
+    listen_tokens: tuple[str, ...] = ()  # static tokens that may only listen to channels
+    max_channels: int = 16  # broadcast channels on this worker (docs/channels.md)
+    channel_max_listeners: int = 1000  # per channel (and the most a channel may ask for)
     rate_limit_sessions: float = 0.0  # session creations per second per client address (0: off)
     rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
     idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
@@ -232,6 +235,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth-jwt-secret", default=_env("AUTH_JWT_SECRET"),
         help="accept JWT bearer tokens (HS256, with exp) signed with this secret "
         "[GATEWAY_AUTH_JWT_SECRET]",
+    )
+    p.add_argument(
+        "--listen-token", action="append", dest="listen_tokens", metavar="TOKEN",
+        help="a bearer token that may only listen to channels (repeatable) "
+        "[GATEWAY_LISTEN_TOKEN, comma-separated]",
+    )
+    p.add_argument(
+        "--max-channels", type=int, default=int(_env("MAX_CHANNELS", "16") or 16),
+        help="broadcast channels per worker [GATEWAY_MAX_CHANNELS]",
+    )
+    p.add_argument(
+        "--channel-max-listeners", type=int,
+        default=int(_env("CHANNEL_MAX_LISTENERS", "1000") or 1000),
+        help="listeners per channel, and the most POST /v1/channels may ask for "
+        "[GATEWAY_CHANNEL_MAX_LISTENERS]",
     )
     p.add_argument(
         "--rate-limit-sessions", type=float, default=float(_env("RATE_LIMIT_SESSIONS", "0") or 0),
@@ -449,6 +467,9 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         cors_origins=_csv(args.cors_origins) or ("*",),
         auth_tokens=tuple(args.auth_tokens or ()) or _csv(_env("AUTH_TOKEN")),
         auth_jwt_secret=args.auth_jwt_secret or None,
+        listen_tokens=tuple(args.listen_tokens or ()) or _csv(_env("LISTEN_TOKEN")),
+        max_channels=args.max_channels,
+        channel_max_listeners=args.channel_max_listeners,
         rate_limit_sessions=args.rate_limit_sessions,
         rate_limit_speech=args.rate_limit_speech,
         idle_timeout_s=args.idle_timeout,
