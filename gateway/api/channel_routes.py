@@ -16,12 +16,12 @@ import socket
 from typing import Any
 
 from aiohttp import web
-from pydantic import Field
 
 from gateway.api.access import grant_of, require
+from gateway.api.channel_models import ChannelCreate
 from gateway.api.chunked_writer import ChunkedBodyWriter
 from gateway.api.errors import ApiError
-from gateway.api.models import Model, SpeechCreate, parse
+from gateway.api.models import SpeechCreate, parse
 from gateway.api.routes import (
     BASE_URL,
     JSON,
@@ -54,13 +54,6 @@ from gateway.stream.transcode import UnsupportedFormat
 CHANNELS = web.AppKey("channels", ChannelRegistry)
 LISTEN_FORMATS = ("opus", "pcm", "wav", "frames")
 routes = web.RouteTableDef()
-
-
-class ChannelCreate(Model):
-    name: str = Field(description="the channel's name: 1-64 of [A-Za-z0-9_.-]")
-    voice: str | None = Field(None, description="a voice from /v1/voices (default: the first)")
-    max_listeners: int | None = Field(None, ge=1, description="listeners at most (default and "
-                                      "ceiling: --channel-max-listeners)")
 
 
 def _base(request: web.Request) -> str:

@@ -161,6 +161,8 @@ class Channel:
                     log.error("channel %s: a listener's close failed: %r", self.name, result)
             with contextlib.suppress(Exception):
                 self.conversation.detach_sink(AIR_SINK)
+            self.conversation.interrupt()
+            await asyncio.sleep(0)  # state changes are told on the next loop pass: theirs first
             self.events.publish("channel_closed", reason=reason)
             await self.conversation.close()  # cancels synthesis; closes the events
         finally:

@@ -5,7 +5,8 @@ It is a session's WebRTC leg (session/webrtc_leg.py: the RTP sink with its pacin
 the channel's air instead of a conversation's fan-out: the leg is never attached to a
 conversation, its queue (``LagPolicy.queue_frames`` deep) is this listener's. The RTP payloads
 are the aired Opus packets as the speaker encoded them; every listener costs only its SRTP and
-send. The peer connection failing or closing ends this listener only.
+send. It is fed from the first aired frame after its DTLS is up. The peer connection failing
+or closing ends this listener only.
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ class WhepListener(Listener):
             raise
         METRICS.send.track(leg)
         return listener, answer
+
+    def offer(self, payload: bytes, air_index: int) -> None:
+        """Nothing is queued before DTLS is up: a listener still connecting would otherwise
+        start a queue's worth behind the air."""
+        if self.leg.connected.is_set():
+            super().offer(payload, air_index)
 
     def _end(self, reason: str) -> None:
         if self._closing is None:
