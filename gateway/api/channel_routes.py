@@ -36,6 +36,7 @@ from gateway.api.routes import (
     voice_named,
 )
 from gateway.api.speech_http import SEND_BUFFER_BYTES
+from gateway.channels.broadcast import Broadcast
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
 from gateway.channels.http_listener import HttpListener
 from gateway.channels.registry import (
@@ -60,13 +61,36 @@ def _base(request: web.Request) -> str:
     return f"{request.app.get(BASE_URL, '')}/v1/channels"
 
 
-def _channel(request: web.Request, right: str) -> Channel:
+async def _channel(request: web.Request, right: str) -> Channel:
+    """The channel, here; one that lives on another worker of the cluster: a 307 there."""
     name = request.match_info["name"]
     require(request, right, name)
-    channel = request.app[CHANNELS].get(name)
+    registry = request.app[CHANNELS]
+    channel = registry.get(name)
     if channel is None:
+        origin = await registry.locate(name)
+        if origin is not None:
+            location = f"{origin}{request.path_qs}"
+            raise ApiError(307, "elsewhere", f"channel {name!r} lives on {origin}",
+                           {"Location": location})
         raise ApiError(404, "unknown_channel", f"no channel named {name!r}")
     return channel
+
+
+def _authorization(request: web.Request) -> str | None:
+    header = request.headers.get("Authorization")
+    token = request.query.get("access_token")
+    return header if header is not None or not token else f"Bearer {token}"
+
+
+async def _listenable(request: web.Request) -> Broadcast:
+    """What a listener joins here: the channel, or this worker's mirror of it."""
+    name = request.match_info["name"]
+    require(request, "listen", name)
+    broadcast = await request.app[CHANNELS].listenable(name, _authorization(request))
+    if broadcast is None:
+        raise ApiError(404, "unknown_channel", f"no channel named {name!r}")
+    return broadcast
 
 
 def _links(request: web.Request, name: str) -> dict[str, str]:
@@ -92,7 +116,7 @@ async def create_channel(request: web.Request) -> web.Response:
     require(request, "speak", body.name)
     voice = voice_named(request, body.voice)
     try:
-        channel = request.app[CHANNELS].create(body.name, voice, body.max_listeners)
+        channel = await request.app[CHANNELS].open(body.name, voice, body.max_listeners)
     except InvalidChannelName as exc:
         raise ApiError(400, "invalid_channel_name", str(exc)) from exc
     except ChannelExists as exc:
@@ -115,20 +139,20 @@ async def list_channels(request: web.Request) -> web.Response:
 
 @routes.get("/v1/channels/{name}")
 async def get_channel(request: web.Request) -> web.Response:
-    channel = _channel(request, "listen")
+    channel = await _channel(request, "listen")
     return web.json_response({**channel.state(), **_links(request, channel.name)})
 
 
 @routes.delete("/v1/channels/{name}")
 async def delete_channel(request: web.Request) -> web.Response:
-    channel = _channel(request, "speak")
+    channel = await _channel(request, "speak")
     await request.app[CHANNELS].delete(channel.name, "deleted by client")
     return web.Response(status=204)
 
 
 @routes.post("/v1/channels/{name}/speech")
 async def channel_speak(request: web.Request) -> web.Response:
-    channel = _channel(request, "speak")
+    channel = await _channel(request, "speak")
     _require_type(request, JSON)
     body = parse(SpeechCreate, await _json_body(request))
     text = checked_text(request, body.text)
@@ -148,14 +172,14 @@ async def channel_speak(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/channels/{name}/speech")
 async def channel_interrupt(request: web.Request) -> web.Response:
-    channel = _channel(request, "speak")
+    channel = await _channel(request, "speak")
     return web.json_response({"interrupted": channel.interrupt()})
 
 
 # --- WHEP listeners -------------------------------------------------------------------------
 
 
-def _listener_location(request: web.Request, channel: Channel, listener_id: str) -> str:
+def _listener_location(request: web.Request, channel: Broadcast, listener_id: str) -> str:
     return f"{_base(request)}/{channel.name}/listeners/{listener_id}"
 
 
@@ -163,8 +187,8 @@ def _listener_location(request: web.Request, channel: Channel, listener_id: str)
 async def channel_whep(request: web.Request) -> web.Response:
     """WHEP (RFC 9725): an SDP offer in, the answer out (201), ``Location`` of this
     listener's resource; it hears the channel from the next aired frame."""
-    channel = _channel(request, "listen")
     _require_type(request, SDP)
+    channel = await _listenable(request)
     offer = await body_text(request)
     registry = request.app[CHANNELS]
     try:
@@ -184,8 +208,19 @@ async def channel_whep(request: web.Request) -> web.Response:
     return web.Response(status=201, text=answer, content_type=SDP, headers=headers)
 
 
-def _whep_listener(request: web.Request) -> tuple[Channel, WhepListener]:
-    channel = _channel(request, "listen")
+def _here(request: web.Request) -> Broadcast:
+    """The channel or mirror that holds this worker's listeners (a listener's Location names
+    its worker)."""
+    name = request.match_info["name"]
+    require(request, "listen", name)
+    broadcast = request.app[CHANNELS].broadcast(name)
+    if broadcast is None:
+        raise ApiError(404, "unknown_channel", f"no channel named {name!r} here")
+    return broadcast
+
+
+def _whep_listener(request: web.Request) -> tuple[Broadcast, WhepListener]:
+    channel = _here(request)
     listener = channel.listener(request.match_info["listener_id"])
     if not isinstance(listener, WhepListener):
         raise ApiError(404, "unknown_listener", "no such WHEP listener (it may have left)")
@@ -207,7 +242,7 @@ async def patch_listener(request: web.Request) -> web.Response:
 @routes.delete("/v1/channels/{name}/listeners/{listener_id}")
 async def delete_listener(request: web.Request) -> web.Response:
     """204; also for a listener that has already left (DELETE is idempotent)."""
-    channel = _channel(request, "listen")
+    channel = _here(request)
     listener = channel.listener(request.match_info["listener_id"])
     if listener is not None:
         await listener.close("deleted by client")
@@ -233,13 +268,17 @@ async def channel_listen(request: web.Request) -> web.StreamResponse:
     """The channel's air, live, until the listener or the channel ends: Ogg/Opus (the aired
     packets), raw 24 kHz s16le PCM, WAV, or the framed stream. A reader that cannot keep up
     loses frames and, a second behind, is disconnected."""
-    channel = _channel(request, "listen")
     fmt = request.query.get("format", "opus")
     if fmt not in LISTEN_FORMATS:
         raise ApiError(400, "unsupported_format",
                        f"format must be one of {', '.join(LISTEN_FORMATS)}")
+    batch = request.query.get("batch", "3")
+    if batch not in ("1", "2", "3", "4", "5"):
+        raise ApiError(400, "invalid_batch", "batch (frames per write) must be 1..5")
+    channel = await _listenable(request)
     formatter = _listen_formatter(fmt)
-    listener = HttpListener(formatter, request.app[CHANNELS].lag, format_name=fmt)
+    listener = HttpListener(formatter, request.app[CHANNELS].lag, write_frames=int(batch),
+                            format_name=fmt)
     try:
         channel.join(listener)
     except ChannelFull as exc:
@@ -282,7 +321,7 @@ async def channel_events(request: web.Request) -> web.StreamResponse:
     """The channel's events as SSE (utterance states, captions, listeners joining and
     leaving, ``channel_closed`` last) until it closes; a comment every 15 s keeps proxies
     from timing the stream out."""
-    channel = _channel(request, "listen")
+    channel = await _listenable(request)
     try:
         subscription = channel.events.subscribe()
     except OverflowError as exc:

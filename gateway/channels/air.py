@@ -12,6 +12,11 @@ The frames are encoded once, by the speaker, whoever listens; for listeners that
 air decodes each frame once (one decoder per channel, only while such a listener is there).
 A listener that joins mid-utterance gets the next aired frame first. A loop stall that makes the
 air late by more than ``MAX_LATE_S`` rebases its clock (counted) instead of bursting.
+
+A mirror's air (mirror.py: a channel whose speaker is on another worker) is fed by the link to
+that worker instead of a speaker: ``relay`` tells the keep-alive silence from speech by its bytes
+(the link carries both), and ``prebuffer`` frames are let in before airing starts (again after
+the queue ran dry), so the link's delivery jitter is absorbed once per worker, not per listener.
 """
 
 from __future__ import annotations
@@ -36,13 +41,18 @@ class AirStats:
     deliveries: int = 0  # frames offered to listeners (speech and keep-alive)
     decoded: int = 0  # frames decoded for PCM listeners (once per frame, not per listener)
     rebases: int = 0  # the air fell more than MAX_LATE_S behind (a loop stall): clock reset
+    underruns: int = 0  # a mirror's queue ran dry (the link was late): buffering again
+    link_dropped: int = 0  # a mirror's frames that found its queue full
     max_late_ms: float = 0.0
 
 
 class Air:
     def __init__(self, silence: bytes, lead_frames: int = 10,
-                 ticker: Ticker | None = None) -> None:
+                 ticker: Ticker | None = None, relay: bool = False, prebuffer: int = 0) -> None:
         self.queue = FrameQueue(lead_frames)
+        self.relay = relay
+        self.prebuffer = prebuffer
+        self._buffering = prebuffer > 0
         self.silence = silence
         self.ticker = ticker or shared_ticker()
         self.stats = AirStats()
@@ -64,6 +74,11 @@ class Air:
     @property
     def listeners(self) -> list[Listener]:
         return list(self._listeners.values())
+
+    def feed(self, payload: bytes) -> None:
+        """A mirror's frame from its link (never waits: a full queue drops it, counted)."""
+        if not self.queue.offer((payload,), None, 0):
+            self.stats.link_dropped += 1
 
     def start(self) -> None:
         if self.running:
@@ -105,15 +120,24 @@ class Air:
         stats = self.stats
         index = stats.ticks
         stats.ticks += 1
-        fields = self.queue.pop_fields()
+        queue = self.queue
+        if self._buffering and len(queue) >= self.prebuffer:
+            self._buffering = False
+        fields = None if self._buffering else queue.pop_fields()
+        if fields is None and self.prebuffer and not self._buffering:
+            self._buffering = True
+            stats.underruns += 1
         if fields is None:
-            stats.silence_frames += 1
             payload = self.silence
         else:
-            stats.speech_frames += 1
             payload, owner, frame_index = fields
             if owner is not None:
                 owner.on_frame_sent(frame_index, index & 0xFFFF, index * RTP_TICKS_PER_FRAME, now)
+        speech = fields is not None and not (self.relay and payload == self.silence)
+        if speech:
+            stats.speech_frames += 1
+        else:
+            stats.silence_frames += 1
         listeners = list(self._listeners.values())
         if not listeners:
             return
@@ -122,7 +146,6 @@ class Air:
             pcm = self._decode(payload)
         elif self._decoder is not None:
             self._decoder = None  # no PCM listener left: no decoder state kept
-        speech = fields is not None
         offered = 0
         for listener in listeners:
             if not (speech or listener.continuous):

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from gateway.runtime.metrics import METRICS, NAMESPACE
 
 if TYPE_CHECKING:
-    from gateway.channels.channel import Channel
+    from gateway.channels.broadcast import Broadcast
 
 COUNTERS = {
     "encoder_runs": "Channel speakers' encoder runs (one per synthesized utterance)",
@@ -26,17 +26,20 @@ COUNTERS = {
     "frames_decoded": "Aired frames decoded once for a channel's PCM listeners",
     "listener_drops": "Aired frames a channel listener lost (its queue was full)",
     "listeners_joined": "Listeners that joined a channel",
+    "mirror_link_frames": "Frames a worker's mirrors took from their channels' workers "
+                          "(once per worker and channel)",
 }
 GAUGES = {"channels": "Live channels", "channel_listeners": "Live channel listeners"}
 
 
-def channel_counts(channel: Channel) -> dict[str, int]:
-    speaker, stats = channel.conversation.speaker, channel.air.stats
-    current = speaker.current
+def channel_counts(channel: Broadcast) -> dict[str, int]:
+    """A channel's counts, or a mirror's (no encoder: its frames come over its link)."""
+    stats = channel.air.stats
+    speaker = getattr(getattr(channel, "conversation", None), "speaker", None)
     return {
-        "encoder_runs": speaker.encoders_created,
-        "frames_encoded": channel.frames_encoded + (
-            current.frames_encoded if current is not None else 0),
+        "encoder_runs": 0 if speaker is None else speaker.encoders_created,
+        "frames_encoded": getattr(channel, "encoded_frames", 0),
+        "mirror_link_frames": getattr(channel, "link_frames", 0),
         "frames_aired": stats.speech_frames,
         "frames_delivered": stats.deliveries,
         "frames_decoded": stats.decoded,
@@ -52,13 +55,19 @@ class ChannelTotals:
         self._closed = dict.fromkeys(COUNTERS, 0)
         self.source: Any = None  # the ChannelRegistry (iterable of channels)
 
-    def fold(self, channel: Channel) -> None:
+    def fold(self, channel: Broadcast) -> None:
         for name, value in channel_counts(channel).items():
             self._closed[name] += value
 
+    def _live(self) -> list[Broadcast]:
+        source = self.source
+        if source is None:
+            return []
+        return [*source, *source.mirrors]
+
     def totals(self) -> dict[str, int]:
         out = dict(self._closed)
-        for channel in list(self.source or ()):
+        for channel in self._live():
             for name, value in channel_counts(channel).items():
                 out[name] += value
         return out
@@ -68,9 +77,9 @@ class ChannelTotals:
             family = CounterMetricFamily(f"{NAMESPACE}_channel_{name}", COUNTERS[name])
             family.add_metric([], value)
             yield family
-        channels = list(self.source or ())
-        values = {"channels": len(channels),
-                  "channel_listeners": sum(len(c.listeners) for c in channels)}
+        live = self._live()
+        values = {"channels": sum(1 for c in live if c.role == "origin"),
+                  "channel_listeners": sum(len(c.listeners) for c in live)}
         for name, doc in GAUGES.items():
             gauge = GaugeMetricFamily(f"{NAMESPACE}_{name}", doc)
             gauge.add_metric([], values[name])

@@ -1,16 +1,26 @@
-"""The worker's channels by name, with caps, and the listeners' way in (WHEP answers)."""
+"""The worker's channels by name, with caps, and the listeners' way in (WHEP answers).
+
+With a locator (a worker of a cluster), a channel that lives on another worker is found there:
+listeners here join this worker's ``Mirror`` of it (one link per worker and channel, made on
+the first listener), speaking requests are sent to its worker (the routes answer a redirect).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Iterator
 
+import aiohttp
 from aiortc import RTCConfiguration
 
+from gateway.channels.broadcast import Broadcast
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
 from gateway.channels.listener import DEFAULT_LAG, LagPolicy
+from gateway.channels.locator import ChannelLocator, LocatorUnavailable
 from gateway.channels.metrics import CHANNEL_METRICS
+from gateway.channels.mirror import Mirror
 from gateway.channels.whep_listener import WhepListener
 from gateway.net.udp_mux import MuxGroup
 from gateway.session.options import SessionOptions
@@ -54,6 +64,10 @@ class ChannelRegistry:
         self.phrase_cache = phrase_cache
         self.udp_mux = udp_mux
         self._channels: dict[str, Channel] = {}
+        self._mirrors: dict[str, Mirror] = {}
+        self._mirroring: dict[str, asyncio.Future[Mirror | None]] = {}
+        self.locator: ChannelLocator | None = None  # set by the cluster worker
+        self._http: aiohttp.ClientSession | None = None  # the mirrors' links
         self.created_total = 0
         CHANNEL_METRICS.source = self  # the latest app's (one per process outside tests)
 
@@ -87,6 +101,83 @@ class ChannelRegistry:
         self.created_total += 1
         return channel
 
+    def broadcast(self, name: str) -> Broadcast | None:
+        """The channel, or a live mirror of it, here (none is made)."""
+        return self._channels.get(name) or self._mirrors.get(name)
+
+    @property
+    def mirrors(self) -> list[Mirror]:
+        return list(self._mirrors.values())
+
+    async def open(self, name: str, voice: Synthesizer, max_listeners: int | None = None
+                   ) -> Channel:
+        """``create``, refused if the channel lives on another worker, then announced."""
+        if self.locator is not None and NAME.fullmatch(name) and name not in self._channels:
+            with contextlib.suppress(LocatorUnavailable):
+                origin = await self.locator.locate(name)
+                if origin is not None and origin != self.locator.self_url:
+                    raise ChannelExists(f"a channel named {name!r} exists (on {origin})")
+        channel = self.create(name, voice, max_listeners)
+        if self.locator is not None:
+            with contextlib.suppress(LocatorUnavailable):
+                await self.locator.announce([name])
+        return channel
+
+    async def locate(self, name: str) -> str | None:
+        """The base URL of the worker where ``name`` lives, if not here (None: nowhere)."""
+        if name in self._channels or self.locator is None:
+            return None
+        try:
+            origin = await self.locator.locate(name)
+        except LocatorUnavailable:
+            return None
+        return None if origin == self.locator.self_url else origin
+
+    async def listenable(self, name: str, authorization: str | None = None
+                         ) -> Broadcast | None:
+        """What a listener of ``name`` joins here: the channel, or this worker's mirror of it
+        (made now, its link started, if the channel lives elsewhere); None: no such channel."""
+        channel = self._channels.get(name)
+        if channel is not None:
+            return channel
+        mirror = self._mirrors.get(name)
+        if mirror is not None and mirror.close_reason is None:
+            return mirror
+        pending = self._mirroring.get(name)
+        if pending is not None:  # another request is making it: share its outcome
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Mirror | None] = asyncio.get_running_loop().create_future()
+        self._mirroring[name] = future
+        try:
+            origin = await self.locate(name)
+            mirror = None
+            if origin is not None:
+                mirror = self._mirror(name, origin, authorization)
+            future.set_result(mirror)
+            return mirror
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters, if any, get it
+            raise
+        finally:
+            self._mirroring.pop(name, None)
+
+    def _mirror(self, name: str, origin: str, authorization: str | None) -> Mirror:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_connect=5.0),
+                auto_decompress=False)
+        mirror = Mirror(name, origin, self._http, self.max_listeners, self.lag, authorization)
+        mirror.on_closed = self._forget_mirror
+        self._mirrors[name] = mirror
+        mirror.start()
+        return mirror
+
+    def _forget_mirror(self, mirror: Mirror) -> None:
+        if self._mirrors.get(mirror.name) is mirror:
+            del self._mirrors[mirror.name]
+            CHANNEL_METRICS.fold(mirror)
+
     async def delete(self, name: str, reason: str = "deleted") -> bool:
         channel = self._channels.get(name)
         if channel is None:
@@ -96,9 +187,12 @@ class ChannelRegistry:
         finally:
             CHANNEL_METRICS.fold(channel)
             self._channels.pop(name, None)
+            if self.locator is not None:
+                with contextlib.suppress(LocatorUnavailable):
+                    await self.locator.withdraw(name)
         return True
 
-    async def add_whep(self, channel: Channel, offer_sdp: str) -> tuple[WhepListener, str]:
+    async def add_whep(self, channel: Broadcast, offer_sdp: str) -> tuple[WhepListener, str]:
         """A WHEP listener of ``channel``: its answer. Raises SdpRejected, ChannelFull,
         ChannelClosed."""
         if len(channel.listeners) >= channel.max_listeners:
@@ -115,5 +209,9 @@ class ChannelRegistry:
         return listener, answer
 
     async def close_all(self) -> None:
+        await asyncio.gather(*(m.close("gateway shutting down") for m in self.mirrors),
+                             return_exceptions=True)
         await asyncio.gather(*(self.delete(c.name, "gateway shutting down") for c in self),
                              return_exceptions=True)
+        if self._http is not None:
+            await self._http.close()
