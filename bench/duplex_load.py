@@ -78,6 +78,7 @@ from gateway.runtime.stall_watch import StallStats, StallWatch
 from gateway.testing.spoken_audio import have_espeak
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
+
 REPO = Path(__file__).resolve().parent.parent
 BIG = (os.cpu_count() or 1) >= 4
 LISTENERS = int(os.environ.get("DUPLEX_LOAD_LISTENERS", "200" if BIG else "100"))

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
+from gateway.api import channel_models as cm
 from gateway.api import models as m
 from gateway.http.frame_records import MEDIA_TYPE as FRAMES
 from gateway.http.openai_speech import MEDIA_TYPES, SpeechRequest
@@ -29,6 +30,7 @@ Body = type[BaseModel] | str  # a model (JSON) or a media type of a text/binary 
 SWAGGER_UI_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css"}
 PATH_PARAMS: dict[str, dict[str, Any]] = {
     "session_id": {"type": "string"}, "utterance_id": {"type": "string"},
+    "name": {"type": "string"}, "listener_id": {"type": "string"},
     "file": {"type": "string", "enum": list(SWAGGER_UI_FILES)},
 }
 
@@ -86,6 +88,40 @@ OPERATIONS: tuple[Op, ...] = (
               ("pace", "asap|live", {"type": "string", "enum": ["asap", "live"]}))),
     Op("post", "/v1/speech/stream", "The gateway's framed Opus stream",
        {JSON: m.FrameStreamRequest}, {"200": ("frame records", {FRAMES: "binary"})}),
+    Op("post", "/v1/channels", "Create a broadcast channel (docs/channels.md)",
+       {JSON: cm.ChannelCreate}, {"201": ("the channel; Location is its URL",
+                                          {JSON: cm.ChannelSummary})}),
+    Op("get", "/v1/channels", "The channels, with listener counts",
+       responses={"200": ("every channel this token may see", {JSON: cm.ChannelList})}),
+    Op("get", "/v1/channels/{name}", "A channel's state: listeners, frames aired, what plays",
+       responses={"200": ("state", {JSON: "object"})}),
+    Op("delete", "/v1/channels/{name}", "End a channel and all its listeners",
+       responses={"204": ("closed", {})}),
+    Op("post", "/v1/channels/{name}/speech", "Say something on a channel",
+       {JSON: m.SpeechCreate}, {"202": ("queued (or replacing what plays, with interrupt)",
+                                        {JSON: "object"})}),
+    Op("delete", "/v1/channels/{name}/speech", "Stop speaking on a channel now",
+       responses={"200": ("utterances cut", {JSON: m.Interrupted})}),
+    Op("post", "/v1/channels/{name}/whep", "Listen over WebRTC: WHEP offer -> answer",
+       {SDP: "text"}, {"201": ("the answer; Location is the listener's resource",
+                               {SDP: "text"})}),
+    Op("get", "/v1/channels/{name}/listeners/{listener_id}", "A WHEP listener's state",
+       responses={"200": ("connection, packets, lag", {JSON: "object"})}),
+    Op("patch", "/v1/channels/{name}/listeners/{listener_id}",
+       "Trickle ICE candidates, or (new ice-ufrag/pwd + If-Match) restart ICE",
+       {SDPFRAG: "text"}, {"204": ("candidates added", {}),
+                           "200": ("ICE restarted: the gateway's sdpfrag", {SDPFRAG: "text"})}),
+    Op("delete", "/v1/channels/{name}/listeners/{listener_id}", "End a WHEP listener",
+       responses={"204": ("closed", {})}),
+    Op("get", "/v1/channels/{name}/listen", "Listen over HTTP: the air, live",
+       responses={"200": ("the audio until the channel or the listener ends",
+                          {"audio/ogg": "binary", "audio/pcm": "binary", "audio/wav": "binary",
+                           FRAMES: "binary"})},
+       query=(("format", "opus|pcm|wav|frames",
+               {"type": "string", "enum": ["opus", "pcm", "wav", "frames"]}),)),
+    Op("get", "/v1/channels/{name}/events", "A channel's events (Server-Sent Events)",
+       responses={"200": ("utterances, captions, listeners joining and leaving",
+                          {SSE: "sse"})}),
     Op("get", "/v1/voices", "The voices", responses={"200": ("names", {JSON: m.Voices})},
        open=True),
     Op("get", "/v1/cache", "Phrase-cache counters",

@@ -27,6 +27,7 @@ from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.leg import WebRtcLeg
 from gateway.webrtc.sdp_policy import SdpRejected
 
 SDP = "application/sdp"
@@ -239,14 +240,19 @@ async def trickle_ice(request: web.Request) -> web.Response:
     gateway's new sdpfrag and ETag. A stale ETag is 412; a failed restart leaves the session as
     it was."""
     session = _session(request)
+    return await patch_webrtc_leg(request, session.webrtc)
+
+
+async def patch_webrtc_leg(request: web.Request, leg: WebRtcLeg) -> web.Response:
+    """A WHEP resource's PATCH on ``leg`` (a session's, or a channel listener's): trickle or
+    ICE restart, as ``trickle_ice`` says."""
     _require_type(request, SDPFRAG)
-    leg = session.webrtc
     body = await body_text(request)
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
                        f"{leg.etag}", {"ETag": leg.etag})
-    mid = session.offer.audio_mid if session.offer else None
+    mid = leg.offer.audio_mid if leg.offer else None
     candidates, end, _ = parse_sdpfrag(body, mid)
     ufrag, pwd = sdpfrag_credentials(body)
     if ufrag is not None and ufrag != leg.remote_ufrag:

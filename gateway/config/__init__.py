@@ -253,6 +253,16 @@ class GatewayConfig:
         parse=_or_none,
         group=ACCESS,
     )
+    listen_tokens: tuple[str, ...] = opt(
+        (),
+        "a bearer token that may only listen to channels (repeatable; the variable: "
+        "comma-separated)",
+        flag="--listen-token",
+        env="LISTEN_TOKEN",
+        repeat=True,
+        metavar="TOKEN",
+        group=ACCESS,
+    )
     rate_limit_sessions: float = opt(
         0.0,
         "session creations per second per client address, "
@@ -290,6 +300,10 @@ class GatewayConfig:
         flag="--drain-timeout",
         env="DRAIN_TIMEOUT",
         group=LIMITS,
+    )
+    max_channels: int = opt(16, "broadcast channels per worker (docs/channels.md)", group=LIMITS)
+    channel_max_listeners: int = opt(
+        1000, "listeners per channel, and the most POST /v1/channels may ask for", group=LIMITS
     )
     # full duplex
     duplex: bool = opt(
