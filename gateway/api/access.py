@@ -21,7 +21,7 @@ from aiohttp import web
 from gateway.api.errors import ApiError, Handler
 
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
-ALLOW_HEADERS = "Authorization, Content-Type, If-Match"
+ALLOW_HEADERS = "Authorization, Content-Type, If-Match, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
 
@@ -136,10 +136,20 @@ def _credentials(request: web.Request) -> str | None:
     in histories and logs, so it may only read."""
     header = request.headers.get("Authorization")
     if header is None and request.method in ("GET", "HEAD"):
-        token = request.query.get("access_token")
+        token = request.query.get("access_token") or _subprotocol_key(request)
         if token:
             return f"Bearer {token}"
     return header
+
+
+def _subprotocol_key(request: web.Request) -> str | None:
+    """A browser's Realtime WebSocket cannot send headers: OpenAI's SDKs put the key in a
+    subprotocol, ``openai-insecure-api-key.<key>`` (gateway/realtime)."""
+    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        protocol = protocol.strip()
+        if protocol.startswith("openai-insecure-api-key."):
+            return protocol.removeprefix("openai-insecure-api-key.") or None
+    return None
 
 
 def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]

@@ -15,6 +15,7 @@ from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
 from gateway.net.udp_mux import MuxGroup
+from gateway.realtime import routes as realtime
 from gateway.runtime.metrics import METRICS
 from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
@@ -65,6 +66,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     app.add_routes(routes)
     app.add_routes(speech_routes)
+    realtime.install(app, app[REGISTRY], app[VOICES])
     index = config.web_dir / "index.html"
     if index.exists():
 
