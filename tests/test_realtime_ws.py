@@ -8,6 +8,7 @@ import asyncio
 import base64
 import time
 
+import aiohttp
 import numpy as np
 import pytest
 import soxr
@@ -341,3 +342,31 @@ async def test_auth_caps_and_delete(start_gateway):
         while True:
             await asyncio.wait_for(conn.recv(), 5)
     assert len(gateway.registry) == 0
+
+
+async def test_a_browser_style_socket_beta_names_and_the_key_in_a_subprotocol(start_gateway):
+    """What browser SDKs send: no headers, the key and the beta flag as subprotocols."""
+    gateway = await start_gateway(duplex=True, auth_tokens=("s3cret",))
+    url = f"{gateway.url}/v1/realtime?model=gpt-4o-realtime-preview"
+    protocols = ("realtime", "openai-insecure-api-key.s3cret", "openai-beta.realtime-v1")
+    async with gateway.http.ws_connect(url, protocols=protocols) as ws:
+        assert ws.protocol == "realtime"
+        created = await ws.receive_json(timeout=10)
+        assert created["type"] == "session.created"
+        assert created["session"]["modalities"] == ["text", "audio"]  # the beta shape
+        await ws.send_json({"type": "session.update", "session": {
+            "modalities": ["text"], "output_audio_format": "g711_ulaw"}})
+        updated = await ws.receive_json(timeout=10)
+        assert updated["session"]["output_audio_format"] == "g711_ulaw"
+        await ws.send_json({"type": "conversation.item.create", "item": {
+            "type": "message", "role": "user", "content": [{"type": "input_text",
+                                                            "text": "x"}]}})
+        await ws.send_json({"type": "response.create"})
+        kinds = []
+        while "response.done" not in kinds:
+            kinds.append((await ws.receive_json(timeout=10))["type"])
+        assert "response.text.delta" in kinds and "response.text.done" in kinds
+        assert "conversation.item.created" in kinds
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gateway.http.ws_connect(url, protocols=("realtime", "openai-insecure-api-key.no"))
+    assert refused.value.status == 401

@@ -9,6 +9,13 @@ as ``response.output_audio.delta`` paced at real time plus ``OUTPUT_LEAD_MS`` (t
 at once), so a barge-in or ``response.cancel`` finds most of a long reply still on the server:
 it is cut there (``response.done`` ``cancelled``; no delta of it follows). With no turn
 detection the client commits the input buffer itself (bounded: ``MAX_BUFFER_S``).
+
+Over a WebRTC call (``audio_out="rtp"``) the reply is the call's RTP stream instead (the
+conversation's Opus frames, paced by its sink): a clause's transcript delta goes out when its
+utterance starts playing, ``output_audio_buffer.started``/``stopped`` frame what plays, and a
+cut reply is truncated to what the sink sent (``output_audio_buffer.cleared``,
+``conversation.item.truncated``). The microphone comes in through ``hear`` (24 kHz PCM, 20 ms
+at a time, from the call's receive path).
 """
 
 from __future__ import annotations
@@ -36,7 +43,9 @@ from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOpti
 from gateway.listen.vad import build_vad
 from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
+from gateway.media.resample import Resampler
 from gateway.realtime.audio_formats import BadAudio, InputDecoder, OutputEncoder
+from gateway.realtime.beta import to_beta, to_ga
 from gateway.realtime.config import SessionConfig, audio_format, modalities
 from gateway.realtime.items import Item, Items, item_from_client
 from gateway.realtime.outbox import Outbox
@@ -51,6 +60,7 @@ from gateway.realtime.protocol import (
     server_event,
 )
 from gateway.session.conversation import Conversation
+from gateway.session.events import Event
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import Delivery, Utterance, UtteranceState
 from gateway.tts.base import Synthesizer
@@ -120,9 +130,16 @@ class Response:
         return " ".join(c.text for c in self.clauses if c.sent)
 
     def part(self) -> dict[str, Any]:
+        """The ``response.content_part`` (``audio`` / ``text``)."""
         if self.audio:
             return {"type": "audio", "transcript": self.transcript}
         return {"type": "text", "text": self.transcript}
+
+    def content(self) -> dict[str, Any]:
+        """The assistant item's content (``output_audio`` / ``output_text``)."""
+        if self.audio:
+            return {"type": "output_audio", "transcript": self.transcript}
+        return {"type": "output_text", "text": self.transcript}
 
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "object": "realtime.response", "status": self.status,
@@ -146,8 +163,10 @@ VoiceResolver = Callable[[str], Synthesizer]
 class RealtimeEngine:
     def __init__(self, session_id: str, conversation: Conversation, hearing: Hearing,
                  voices: VoiceResolver, config: SessionConfig, outbox: Outbox | None = None,
-                 expires_s: float = 3600.0) -> None:
+                 expires_s: float = 3600.0, audio_out: str = "deltas") -> None:
         self.id = session_id
+        self.audio_out = audio_out  # "deltas" (WebSocket) or "rtp" (a WebRTC call)
+        self.beta = False  # the client speaks the beta dialect (``use_beta``)
         self.conversation = conversation
         self.hearing = hearing
         self.voices = voices
@@ -159,7 +178,12 @@ class RealtimeEngine:
         self.responses = {"completed": 0, "cancelled": 0, "failed": 0, "incomplete": 0}
         self._by_utterance: dict[str, tuple[Response, Clause]] = {}
         self._sink = FrameQueue(50)
-        conversation.attach_sink(SINK, self._sink, SinkPolicy.BLOCK)
+        if audio_out == "deltas":
+            conversation.attach_sink(SINK, self._sink, SinkPolicy.BLOCK)
+        else:
+            conversation.events.on_event(self._on_speech_event)
+        self._uplink = Resampler(24_000, ASR_RATE)
+        self._playing: Response | None = None  # rtp: the response whose audio is playing
         self._decoder = InputDecoder(config.input_format["type"], ASR_RATE)
         self._pending = np.zeros(0, dtype=np.int16)  # under one listener frame
         self._buffer: list[np.ndarray] = []  # committed by hand (no turn detection)
@@ -177,12 +201,18 @@ class RealtimeEngine:
         self.errors = 0
         self.barge_ins = 0
 
+    def use_beta(self) -> None:
+        """Speak the beta dialect (``OpenAI-Beta: realtime=v1``): gateway/realtime/beta.py."""
+        self.beta = True
+        self.outbox.translate = to_beta
+
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
         self._emit("session.created", session=self._session_json())
         self._rebuild_listener()
-        self._pump = asyncio.get_running_loop().create_task(self._pump_audio(),
-                                                            name="realtime-audio")
+        if self.audio_out == "deltas":
+            self._pump = asyncio.get_running_loop().create_task(self._pump_audio(),
+                                                                name="realtime-audio")
 
     async def close(self) -> None:
         if self.closed:
@@ -198,7 +228,8 @@ class RealtimeEngine:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        self.conversation.detach_sink(SINK)
+        if self.audio_out == "deltas":
+            self.conversation.detach_sink(SINK)
         self.outbox.close()
 
     def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
@@ -223,6 +254,8 @@ class RealtimeEngine:
         self.events_in += 1
         try:
             event = parse_client_event(text)
+            if self.beta:
+                event = to_ga(event)
             await self.handle(event)
         except ClientError as exc:
             self._error(exc)
@@ -262,6 +295,14 @@ class RealtimeEngine:
             self.clear_output(event_id)
 
     def clear_output(self, event_id: str | None) -> None:
+        if self.audio_out == "rtp":
+            response = self.response
+            if response is not None and not response.done:
+                self._cancel(response, "client_cancelled")
+            else:
+                self.conversation.interrupt()
+                self._emit("output_audio_buffer.cleared", response_id=None)
+            return
         raise ClientError("unsupported_event", "output_audio_buffer.clear is for WebRTC "
                           "calls; over a WebSocket cancel the response and truncate its item",
                           "type", event_id)
@@ -332,16 +373,35 @@ class RealtimeEngine:
             self._buffered += pcm.size
             self._input_samples += pcm.size
             return
+        slice_samples = 25 * FRAME  # a long append never holds the loop (0.5 s a slice)
+        for at in range(0, pcm.size, slice_samples):
+            if at:
+                await asyncio.sleep(0)
+            self._feed(pcm[at:at + slice_samples])
+
+    def hear(self, pcm24k: np.ndarray) -> None:
+        """A call's microphone: 24 kHz PCM as its receive path plays it (20 ms at a time)."""
+        if self.closed:
+            return
+        pcm = self._uplink.push(pcm24k)
+        if self.listener is None:
+            if self._buffered + pcm.size <= MAX_BUFFER_S * ASR_RATE:
+                self._buffer.append(pcm)
+                self._buffered += pcm.size
+            self._input_samples += pcm.size
+            return
+        self._feed(pcm)
+
+    def _feed(self, pcm: np.ndarray) -> None:
+        """16 kHz audio to the listener, in its 20 ms frames (a barge-in acted on at once)."""
+        listener = self.listener
+        if listener is None:
+            return
         if self._pending.size:
             pcm = np.concatenate((self._pending, pcm))
         cut = pcm.size - pcm.size % FRAME
         self._pending = pcm[cut:]
-        listener = self.listener
-        for n, start in enumerate(range(0, cut, FRAME)):
-            if n and n % 25 == 0:
-                await asyncio.sleep(0)  # a long append never holds the loop (0.5 s a slice)
-                if listener is not self.listener:
-                    return
+        for start in range(0, cut, FRAME):
             self._input_samples += FRAME
             for turn_event in listener.push(pcm[start:start + FRAME]):
                 if isinstance(turn_event, BargeIn):
@@ -556,9 +616,7 @@ class RealtimeEngine:
         if conversation == "auto":
             self._emit("conversation.item.added", previous_item_id=previous,
                        item=item.as_json())
-        kind = "audio" if response.audio else "text"
-        item.content.append({"type": kind, "transcript": ""} if kind == "audio"
-                            else {"type": kind, "text": ""})
+        item.content.append(response.content())
         self._emit("response.content_part.added", response_id=response.id, item_id=item.id,
                    output_index=0, content_index=0, part=response.part())
         response.task = self._spawn(self._respond(response), "realtime-response")
@@ -636,6 +694,14 @@ class RealtimeEngine:
         if response.task is not None and response.task is not asyncio.current_task():
             response.task.cancel()  # closes the agent's stream and its upstream request
         self._finish(response, "cancelled", {"type": "cancelled", "reason": reason}, emit)
+        if self.audio_out == "rtp" and response.audio and emit:
+            heard_ms = response.item.audio_ms
+            if self._playing is response:
+                self._playing = None
+                self._emit("output_audio_buffer.cleared", response_id=response.id)
+            if response.conversation == "auto" and heard_ms > 0:
+                self._emit("conversation.item.truncated", item_id=response.item.id,
+                           content_index=0, audio_end_ms=round(heard_ms))
 
     def _finish(self, response: Response, status: str,
                 details: dict[str, Any] | None = None, emit: bool = True) -> None:
@@ -645,8 +711,15 @@ class RealtimeEngine:
         for clause in response.clauses:
             self._by_utterance.pop(clause.utterance.id, None)
         item = response.item
+        if self.audio_out == "rtp":  # what the call's sink sent is what was heard
+            for clause in response.clauses:
+                clause.audio_ms = clause.utterance.frames_sent * 20.0
+            item.audio_ms = sum(c.audio_ms for c in response.clauses)
+            if status == "cancelled":
+                item.content[0]["transcript"] = heard_transcript(response.clauses,
+                                                                 item.audio_ms)
         item.status = "completed" if status == "completed" else "incomplete"
-        item.content[0] = response.part()
+        item.content[0] = response.content()
         if not emit:
             return
         ids = {"response_id": response.id, "item_id": item.id, "output_index": 0,
@@ -663,8 +736,33 @@ class RealtimeEngine:
         if response.conversation == "auto":
             self._emit("conversation.item.done", item=item.as_json())
         self._emit("response.done", response=response.as_json())
+        if self.audio_out == "rtp" and self._playing is response and status != "cancelled":
+            self._playing = None
+            self._emit("output_audio_buffer.stopped", response_id=response.id)
 
     # -- audio out ------------------------------------------------------------------------------
+    def _on_speech_event(self, event: Event) -> None:
+        """rtp: an utterance started playing on the call -> its clause's transcript delta."""
+        if event.type != "utterance" or event.data.get("state") != "playing":
+            return
+        found = self._by_utterance.get(event.data.get("id", ""))
+        if found is None:
+            return
+        response, clause = found
+        if response.done or clause.sent:
+            return
+        if self._playing is not response:
+            self._playing = response
+            self._emit("output_audio_buffer.started", response_id=response.id)
+        self._transcript_delta(response, clause)
+
+    def _transcript_delta(self, response: Response, clause: Clause) -> None:
+        clause.sent = True
+        spoken = [c for c in response.clauses if c.sent]
+        self._emit("response.output_audio_transcript.delta", response_id=response.id,
+                   item_id=response.item.id, output_index=0, content_index=0,
+                   delta=clause.text if len(spoken) == 1 else " " + clause.text)
+
     async def _pump_audio(self) -> None:
         """The speaker's frames -> ``response.output_audio.delta``, paced (see the module)."""
         queue = self._sink
@@ -698,10 +796,7 @@ class RealtimeEngine:
         ids = {"response_id": response.id, "item_id": response.item.id, "output_index": 0,
                "content_index": 0}
         if not clause.sent:
-            clause.sent = True
-            spoken = [c for c in response.clauses if c.sent]
-            delta = clause.text if len(spoken) == 1 else " " + clause.text
-            self._emit("response.output_audio_transcript.delta", **ids, delta=delta)
+            self._transcript_delta(response, clause)
         assert response.encoder is not None
         data = response.encoder.encode(b"".join(payloads))
         ms = count * 20.0

@@ -7,18 +7,25 @@ hearing (``--duplex``: the recogniser and the agent); without it the route answe
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
+from typing import Any
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
+from gateway.realtime.beta import session_to_ga, wants_beta
+from gateway.realtime.call import RealtimeCall
 from gateway.realtime.config import SessionConfig
 from gateway.realtime.engine import Hearing, RealtimeEngine
 from gateway.realtime.outbox import Outbox
-from gateway.realtime.protocol import MAX_MESSAGE_BYTES
+from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError
 from gateway.realtime.session import RealtimeSession
 from gateway.realtime.websocket import serve
 from gateway.session.conversation import Conversation
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
+from gateway.session.sdp_policy import SdpRejected
+from gateway.session.session import Session
 from gateway.stream.openai_speech import OPENAI_VOICES
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
@@ -74,6 +81,36 @@ class RealtimeFrontDoor:
         self.registry.add(session)  # type: ignore[arg-type]
         return session
 
+    def call_config(self, model: str, raw: Any) -> SessionConfig:
+        """A call's session config from its ``session`` part (raises ClientError)."""
+        config = SessionConfig(model=model, default_silence_ms=self.hearing().turn_silence_ms)
+        if raw is not None:
+            config.update(raw)
+            try:
+                self.voice(config.voice)
+            except LookupError as exc:
+                raise ClientError("unknown_voice", str(exc), "session.audio.output.voice") \
+                    from None
+        return config
+
+    async def open_call(self, offer: str, config: SessionConfig, beta: bool,
+                        requested_at: float | None = None) -> tuple[Session, str]:
+        """A WebRTC call: a session of ours answered sendrecv, a Realtime engine as its
+        hearing. Raises SdpRejected, Draining, SessionLimitReached."""
+        hearing = self.hearing()
+        session, answer = await self.registry.create(offer, requested_at, hear=False)
+        engine = RealtimeEngine(session.id, session.conversation, hearing, self.voice, config,
+                                Outbox(), audio_out="rtp")
+        if beta:
+            engine.use_beta()
+        call = RealtimeCall(engine, session.webrtc.pc)
+        session.duplex = call  # type: ignore[assignment]  # close() and state(): see call.py
+        uplink = session.webrtc.uplink
+        if uplink is not None:
+            uplink.pcm.on_frame(lambda frame: call.hear(frame.pcm))
+        engine.start()
+        return session, answer
+
 
 FRONT_DOOR = web.AppKey("realtime", RealtimeFrontDoor)
 routes = web.RouteTableDef()
@@ -111,6 +148,8 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
         return refuse(503, "draining", str(exc), retry=True)
     except SessionLimitReached as exc:
         return refuse(503, "session_limit", str(exc), retry=True)
+    if wants_beta(request.headers, offered):
+        session.engine.use_beta()
     try:
         await ws.prepare(request)
     except BaseException:
@@ -118,6 +157,104 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
         raise
     await serve(ws, session)
     return ws
+
+
+SDP = "application/sdp"
+MAX_SDP_BYTES = 128 * 1024
+MAX_SESSION_BYTES = 64 * 1024
+
+
+async def _read_part(part: BodyPartReader, limit: int) -> str:
+    data = bytearray()
+    while chunk := await part.read_chunk(16 * 1024):
+        data += chunk
+        if len(data) > limit:
+            raise ClientError("part_too_large", f"the {part.name!r} part is over {limit} bytes",
+                              part.name)
+    try:
+        return data.decode(part.get_charset("utf-8"))
+    except (UnicodeError, LookupError):
+        raise ClientError("invalid_encoding", f"the {part.name!r} part is not UTF-8 text",
+                          part.name) from None
+
+
+async def _offer_and_session(request: web.Request) -> tuple[str, Any]:
+    """The offer SDP and the ``session`` JSON (or None) of a call request."""
+    if request.content_type == "multipart/form-data":
+        reader = await request.multipart()
+        parts: dict[str, str] = {}
+        while (part := await reader.next()) is not None:
+            if not isinstance(part, BodyPartReader) or part.name not in ("sdp", "session"):
+                raise ClientError("unknown_parameter", "a call takes the parts sdp and session")
+            limit = MAX_SDP_BYTES if part.name == "sdp" else MAX_SESSION_BYTES
+            parts[part.name] = await _read_part(part, limit)
+        if "sdp" not in parts:
+            raise ClientError("missing_required_parameter", "the sdp part is required", "sdp")
+        session = None
+        if "session" in parts:
+            try:
+                session = json.loads(parts["session"])
+            except ValueError:
+                raise ClientError("invalid_json", "the session part is not JSON",
+                                  "session") from None
+        return parts["sdp"], session
+    if request.content_type == SDP:
+        if (request.content_length or 0) > MAX_SDP_BYTES:
+            raise ClientError("sdp_too_large", f"the offer is over {MAX_SDP_BYTES} bytes", "sdp")
+        body = await request.content.read(MAX_SDP_BYTES + 1)
+        if len(body) > MAX_SDP_BYTES:
+            raise ClientError("sdp_too_large", f"the offer is over {MAX_SDP_BYTES} bytes", "sdp")
+        return body.decode("utf-8", "replace"), None
+    raise ClientError("unsupported_media_type", "send the offer as multipart/form-data (sdp, "
+                      "session) or application/sdp")
+
+
+async def _call(request: web.Request, model: str) -> web.StreamResponse:
+    arrived = time.monotonic()
+    door = request.app[FRONT_DOOR]
+    if not door.available:
+        return refuse(503, "realtime_unavailable", "the Realtime API needs the gateway's "
+                      "hearing: start it with --duplex")
+    beta = wants_beta(request.headers, [])
+    try:
+        offer, raw = await _offer_and_session(request)
+        if beta and raw is not None:
+            raw = session_to_ga(raw)
+        config = door.call_config(model if raw is None else raw.get("model", model), raw)
+    except ClientError as exc:
+        return refuse(415 if exc.code == "unsupported_media_type" else 400, exc.code,
+                      exc.message)
+    try:
+        session, answer = await door.open_call(offer, config, beta, arrived)
+    except SdpRejected as exc:
+        return refuse(400, exc.code, exc.message)
+    except Draining as exc:
+        return refuse(503, "draining", str(exc), retry=True)
+    except SessionLimitReached as exc:
+        return refuse(503, "session_limit", str(exc), retry=True)
+    return web.Response(status=201, text=answer, content_type=SDP,
+                        headers={"Location": f"/v1/realtime/calls/{session.id}"})
+
+
+@routes.post("/v1/realtime/calls")
+async def create_call(request: web.Request) -> web.StreamResponse:
+    """GA WebRTC: ``client.realtime.calls.create(sdp=..., session=...)``."""
+    return await _call(request, request.query.get("model") or DEFAULT_MODEL)
+
+
+@routes.post("/v1/realtime")
+async def create_call_sdp(request: web.Request) -> web.StreamResponse:
+    """The older WebRTC flow: the offer as an ``application/sdp`` body, ``?model=...``."""
+    return await _call(request, request.query.get("model") or DEFAULT_MODEL)
+
+
+@routes.post("/v1/realtime/calls/{call_id}/hangup")
+async def hang_up(request: web.Request) -> web.Response:
+    session = request.app[FRONT_DOOR].registry.get(request.match_info["call_id"])
+    if session is None:
+        return refuse(404, "call_not_found", "no such call (it may have ended)")
+    await session.close("deleted by client")
+    return web.Response(status=200)
 
 
 def install(app: web.Application, registry: SessionRegistry, voices: VoiceRegistry) -> None:

@@ -76,10 +76,11 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     async def create(
-        self, offer_sdp: str, requested_at: float | None = None
+        self, offer_sdp: str, requested_at: float | None = None, hear: bool = True
     ) -> tuple[Session, str]:
         """``requested_at``: time.monotonic() when the offer's request arrived (the start of
-        the session's connect timeline; default: now)."""
+        the session's connect timeline; default: now). ``hear=False``: no duplex loop of
+        its own (a Realtime call brings its own hearing: gateway/realtime/call.py)."""
         requested_at = time.monotonic() if requested_at is None else requested_at
         self.admit()
         self._creating += 1
@@ -87,7 +88,7 @@ class SessionRegistry:
             session, answer = await Session.create(
                 offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
                 phrase_cache=self.phrase_cache, session_id=new_session_id(self.id_prefix),
-                duplex=self.duplex, udp_mux=self.udp_mux,
+                duplex=self.duplex if hear else None, udp_mux=self.udp_mux,
             )
         finally:
             self._creating -= 1
