@@ -19,7 +19,11 @@ import jwt
 from aiohttp import web
 
 from gateway.api.errors import ApiError, Handler
+from gateway.realtime.keys import PREFIX as EPHEMERAL_PREFIX
+from gateway.realtime.keys import EphemeralKeys
 
+#: where an ephemeral key (``ek_…``, gateway/realtime/keys.py) is a bearer token
+EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
@@ -32,6 +36,8 @@ class AccessPolicy:
     jwt_secret: str | None = None
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    #: Realtime ephemeral keys: good as bearers for EPHEMERAL_PATHS only
+    ephemeral: EphemeralKeys | None = None
 
     @property
     def auth_required(self) -> bool:
@@ -105,14 +111,20 @@ class TokenCheck:
     def __init__(self, policy: AccessPolicy) -> None:
         self._tokens = [t.encode() for t in policy.tokens]
         self._secret = policy.jwt_secret
+        self._ephemeral = policy.ephemeral
 
-    def check(self, header: str | None) -> None:
+    def check(self, header: str | None, path: str = "") -> None:
         challenge = 'Bearer realm="voice-gateway"'
         if not header or not header.startswith("Bearer "):
             raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: "
                            "Bearer <token>)", {"WWW-Authenticate": challenge})
         token = header[7:].strip()
         invalid = {"WWW-Authenticate": f'{challenge}, error="invalid_token"'}
+        if token.startswith(EPHEMERAL_PREFIX) and self._ephemeral is not None:
+            if path.rstrip("/") in EPHEMERAL_PATHS and self._ephemeral.get(token) is not None:
+                return
+            raise ApiError(401, "invalid_token", "the ephemeral key is unknown, expired, or "
+                           "not good here (only for the Realtime calls and WebSocket)", invalid)
         raw = token.encode()
         if any(hmac.compare_digest(raw, t) for t in self._tokens):
             return
@@ -158,7 +170,7 @@ def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if policy.auth_required and not _is_open(request):
-            check.check(_credentials(request))
+            check.check(_credentials(request), request.path)
         return await handler(request)
 
     return auth

@@ -16,6 +16,7 @@ from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
 from gateway.net.udp_mux import MuxGroup
 from gateway.realtime import routes as realtime
+from gateway.realtime.keys import EphemeralKeys
 from gateway.runtime.metrics import METRICS
 from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
@@ -29,7 +30,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
         jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
-        speech_per_s=config.rate_limit_speech,
+        speech_per_s=config.rate_limit_speech, ephemeral=EphemeralKeys(),
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
@@ -66,7 +67,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     app.add_routes(routes)
     app.add_routes(speech_routes)
-    realtime.install(app, app[REGISTRY], app[VOICES])
+    realtime.install(app, app[REGISTRY], app[VOICES], policy.ephemeral)
     index = config.web_dir / "index.html"
     if index.exists():
 

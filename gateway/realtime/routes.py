@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import BodyPartReader, web
 
-from gateway.realtime.beta import session_to_ga, wants_beta
+from gateway.realtime.beta import session_to_beta, session_to_ga, wants_beta
 from gateway.realtime.call import RealtimeCall
 from gateway.realtime.config import SessionConfig
 from gateway.realtime.engine import Hearing, RealtimeEngine
+from gateway.realtime.keys import DEFAULT_S, EphemeralKeys
+from gateway.realtime.keys import PREFIX as KEY_PREFIX
 from gateway.realtime.outbox import Outbox
-from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError
+from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError, new_id
 from gateway.realtime.session import RealtimeSession
 from gateway.realtime.websocket import serve
 from gateway.session.conversation import Conversation
@@ -41,6 +43,7 @@ KEY_PROTOCOL = "openai-insecure-api-key."
 class RealtimeFrontDoor:
     registry: SessionRegistry
     voices: VoiceRegistry
+    keys: EphemeralKeys = field(default_factory=EphemeralKeys)
 
     @property
     def available(self) -> bool:
@@ -66,7 +69,17 @@ class RealtimeFrontDoor:
             raise LookupError(f"no voice {name!r}; available: "
                               f"{', '.join([*self.voices.names, *OPENAI_VOICES])}") from None
 
-    def open(self, model: str, transport: str) -> RealtimeSession:
+    def granted(self, request: web.Request) -> dict[str, Any] | None:
+        """The session config an ephemeral key bearer was issued with (None: no such key)."""
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.startswith("Bearer ") else next(
+            (p.removeprefix(KEY_PROTOCOL) for p in offered_protocols(request)
+             if p.startswith(KEY_PROTOCOL)), "")
+        grant = self.keys.get(token) if token.startswith(KEY_PREFIX) else None
+        return None if grant is None else grant.session
+
+    def open(self, model: str, transport: str,
+             granted: dict[str, Any] | None = None) -> RealtimeSession:
         """A new session, admitted and registered (raises Draining / SessionLimitReached)."""
         self.registry.admit()
         session_id = self.registry.new_id()
@@ -75,15 +88,21 @@ class RealtimeFrontDoor:
                                     encode=False)
         hearing = self.hearing()
         config = SessionConfig(model=model, default_silence_ms=hearing.turn_silence_ms)
+        if granted is not None:
+            config.update(granted)  # checked when the key was issued
         engine = RealtimeEngine(session_id, conversation, hearing, self.voice, config, Outbox())
         session = RealtimeSession(session_id, conversation, engine, transport,
                                   on_closed=self.registry.forget)
         self.registry.add(session)  # type: ignore[arg-type]
         return session
 
-    def call_config(self, model: str, raw: Any) -> SessionConfig:
-        """A call's session config from its ``session`` part (raises ClientError)."""
+    def call_config(self, model: str, raw: Any,
+                    granted: dict[str, Any] | None = None) -> SessionConfig:
+        """A call's session config: the ephemeral key's, then its ``session`` part's (raises
+        ClientError)."""
         config = SessionConfig(model=model, default_silence_ms=self.hearing().turn_silence_ms)
+        if granted is not None:
+            config.update(granted)
         if raw is not None:
             config.update(raw)
             try:
@@ -143,7 +162,8 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(protocols=(chosen,), max_msg_size=MAX_MESSAGE_BYTES,
                                    heartbeat=30.0)
     try:
-        session = door.open(request.query.get("model") or DEFAULT_MODEL, "realtime-websocket")
+        session = door.open(request.query.get("model") or DEFAULT_MODEL, "realtime-websocket",
+                            door.granted(request))
     except Draining as exc:
         return refuse(503, "draining", str(exc), retry=True)
     except SessionLimitReached as exc:
@@ -220,7 +240,8 @@ async def _call(request: web.Request, model: str) -> web.StreamResponse:
         offer, raw = await _offer_and_session(request)
         if beta and raw is not None:
             raw = session_to_ga(raw)
-        config = door.call_config(model if raw is None else raw.get("model", model), raw)
+        config = door.call_config(model if raw is None else raw.get("model", model), raw,
+                                  door.granted(request))
     except ClientError as exc:
         return refuse(415 if exc.code == "unsupported_media_type" else 400, exc.code,
                       exc.message)
@@ -257,6 +278,64 @@ async def hang_up(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def install(app: web.Application, registry: SessionRegistry, voices: VoiceRegistry) -> None:
-    app[FRONT_DOOR] = RealtimeFrontDoor(registry, voices)
+async def _issue(request: web.Request) -> tuple[dict[str, Any] | None, int, SessionConfig]:
+    """An ephemeral key for the request's ``session`` (raises ClientError)."""
+    door = request.app[FRONT_DOOR]
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except ValueError:
+        raise ClientError("invalid_json", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ClientError("invalid_json", "the body must be a JSON object")
+    expires = body.get("expires_after") or {}
+    seconds = expires.get("seconds", DEFAULT_S) if isinstance(expires, dict) else None
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or \
+            (isinstance(expires, dict) and expires.get("anchor", "created_at") != "created_at"):
+        raise ClientError("invalid_value", "expires_after must be {\"anchor\": \"created_at\", "
+                          "\"seconds\": 10-7200}", "expires_after")
+    raw = body.get("session")
+    if raw is not None and not isinstance(raw, dict):
+        raise ClientError("invalid_value", "session must be an object", "session")
+    return raw, seconds, door.call_config(str((raw or {}).get("model") or DEFAULT_MODEL), raw)
+
+
+@routes.post("/v1/realtime/client_secrets")
+async def client_secrets(request: web.Request) -> web.Response:
+    """GA: ``client.realtime.client_secrets.create(session=...)`` -> ``{value: "ek_…"}``."""
+    try:
+        raw, seconds, config = await _issue(request)
+        value, expires_at = request.app[FRONT_DOOR].keys.issue(raw, seconds)
+    except ClientError as exc:
+        return refuse(400, exc.code, exc.message)
+    except ValueError as exc:
+        return refuse(400, "invalid_value", str(exc))
+    return web.json_response({"value": value, "expires_at": expires_at,
+                              "session": config.as_json(new_id("sess"), expires_at)})
+
+
+@routes.post("/v1/realtime/sessions")
+async def beta_sessions(request: web.Request) -> web.Response:
+    """Beta: a session's config in the beta shape -> ``{client_secret: {value, expires_at}}``."""
+    try:
+        try:
+            beta = await request.json() if request.can_read_body else {}
+        except ValueError:
+            raise ClientError("invalid_json", "the body is not valid JSON") from None
+        raw = session_to_ga({k: v for k, v in beta.items() if k != "model"}) \
+            if isinstance(beta, dict) else None
+        if raw is None:
+            raise ClientError("invalid_json", "the body must be a JSON object")
+        door = request.app[FRONT_DOOR]
+        config = door.call_config(str(beta.get("model") or DEFAULT_MODEL), raw)
+        value, expires_at = door.keys.issue(raw, 60)  # beta keys lived a minute
+    except ClientError as exc:
+        return refuse(400, exc.code, exc.message)
+    return web.json_response({**session_to_beta(config.as_json(new_id("sess"), expires_at)),
+                              "client_secret": {"value": value, "expires_at": expires_at}})
+
+
+def install(app: web.Application, registry: SessionRegistry, voices: VoiceRegistry,
+            keys: EphemeralKeys | None = None) -> None:
+    app[FRONT_DOOR] = RealtimeFrontDoor(registry, voices,
+                                        EphemeralKeys() if keys is None else keys)
     app.add_routes(routes)
