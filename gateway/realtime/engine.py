@@ -37,6 +37,7 @@ from gateway.listen.listener import (
     FinalTranscript,
     Listener,
     SegmentSkipped,
+    TentativeTranscript,
     TranscriptionFailed,
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOptions
@@ -49,6 +50,7 @@ from gateway.realtime.beta import to_beta, to_ga
 from gateway.realtime.config import SessionConfig, audio_format, modalities
 from gateway.realtime.items import Item, Items, item_from_client
 from gateway.realtime.outbox import Outbox
+from gateway.realtime.prepared import PreparedReply
 from gateway.realtime.protocol import (
     ClientError,
     checked,
@@ -114,6 +116,7 @@ class Response:
     text: list[str] = field(default_factory=list)  # text modality: what was sent
     task: asyncio.Task[None] | None = None
     encoder: OutputEncoder | None = None
+    prepared: PreparedReply | None = None  # begun on the tentative transcript
 
     @property
     def audio(self) -> bool:
@@ -193,6 +196,9 @@ class RealtimeEngine:
         self._listener_at = 0  # _input_samples when the listener started
         self._listen_task: asyncio.Task[None] | None = None
         self._turn_items: dict[int, Item] = {}
+        self._prepared: PreparedReply | None = None
+        self.replies_prepared = 0
+        self.replies_prepared_used = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pump: asyncio.Task[None] | None = None
         self._play_until = 0.0  # when the client has played everything sent (paced)
@@ -220,6 +226,7 @@ class RealtimeEngine:
         self.closed = True
         if self.response is not None and not self.response.done:
             self._cancel(self.response, "client_cancelled", emit=False)
+        self._drop_prepared()
         tasks = [t for t in (self._pump, self._listen_task, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -439,9 +446,18 @@ class RealtimeEngine:
             self._emit("input_audio_buffer.speech_stopped", audio_end_ms=self._ms(event.at),
                        item_id=item.id)
             self._add_audio_item(item)
+        elif isinstance(event, TentativeTranscript):
+            self._prepare(event.turn, event.text.strip())
         elif isinstance(event, FinalTranscript | SegmentSkipped | TranscriptionFailed):
             item = self._turn_items.pop(event.turn, None)
+            prepared, self._prepared = self._prepared, None
+            if prepared is not None and (not isinstance(event, FinalTranscript) or (
+                    prepared.turn, prepared.text) != (event.turn, event.text.strip())):
+                self._discard(prepared)
+                prepared = None
             if item is None:
+                if prepared is not None:
+                    self._discard(prepared)
                 return
             if isinstance(event, TranscriptionFailed):
                 self._transcribed(item, None, str(event.error))
@@ -451,7 +467,45 @@ class RealtimeEngine:
             vad = self.config.vad
             if text and vad is not None and vad.create_response and (
                     self.response is None or self.response.done):
-                self._start_response({}, None)
+                self._start_response({}, None, prepared)
+            elif prepared is not None:
+                self._discard(prepared)
+
+    # -- the preemptive reply -------------------------------------------------------------------
+    def _prepare(self, turn: int, text: str) -> None:
+        """A tentative transcript: begin the reply to it (see prepared.py), unless the one
+        prepared already answers the same text or no response would follow the turn."""
+        vad = self.config.vad
+        old = self._prepared
+        if old is not None and (old.turn, old.text) == (turn, text):
+            return
+        self._drop_prepared()
+        if not text or vad is None or not vad.create_response \
+                or "audio" not in self.config.output_modalities \
+                or (self.response is not None and not self.response.done):
+            return
+        history = self._agent_input_for(list(self.items), self.config.instructions, None)[1]
+        stream = stream_clauses(self.hearing.agent.reply(text, history))
+        prepared = PreparedReply(turn, text, stream)
+        prepared.task = self._spawn(self._first_clause(prepared), "realtime-prepare")
+        self._prepared = prepared
+        self.replies_prepared += 1
+
+    async def _first_clause(self, prepared: PreparedReply) -> None:
+        try:
+            prepared.first = await anext(aiter(prepared.clauses))
+        except StopAsyncIteration:
+            return
+        voice = self._voice(self.config.voice, None)
+        prepared.prerender = self.conversation.speaker.prerender(prepared.first, voice)
+
+    def _drop_prepared(self) -> None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            self._discard(prepared)
+
+    def _discard(self, prepared: PreparedReply) -> None:
+        self._spawn(prepared.discard(), "realtime-prepare-discard")
 
     def _add_audio_item(self, item: Item) -> None:
         item.transcribed = asyncio.get_running_loop().create_future()
@@ -571,7 +625,8 @@ class RealtimeEngine:
                               None, event_id)
         self._start_response(raw, event_id)
 
-    def _start_response(self, raw: dict[str, Any], event_id: str | None) -> None:
+    def _start_response(self, raw: dict[str, Any], event_id: str | None,
+                        prepared: PreparedReply | None = None) -> None:
         cfg = self.config
         mods = modalities(raw["output_modalities"], "response.output_modalities", event_id) \
             if raw.get("output_modalities") is not None else cfg.output_modalities
@@ -605,6 +660,7 @@ class RealtimeEngine:
         response = Response(new_id("resp"), item, mods, conversation, instructions, context,
                             fmt, voice, metadata=raw.get("metadata"))
         response.encoder = OutputEncoder(fmt["type"])
+        response.prepared = prepared
         item.clauses = response.clauses
         self.response = response
         self._emit("response.created", response=response.as_json())
@@ -622,9 +678,16 @@ class RealtimeEngine:
         response.task = self._spawn(self._respond(response), "realtime-response")
 
     def _agent_input(self, response: Response) -> tuple[str, list[Message]]:
+        return self._agent_input_for(response.context, response.instructions, response.item)
+
+    @staticmethod
+    def _agent_input_for(context: list[Item], instructions: str,
+                         own: Item | None) -> tuple[str, list[Message]]:
+        """The agent's input: the last user message's text, and the messages before it (the
+        instructions first) as its history."""
         messages: list[Message] = []
-        for item in response.context:
-            if item is response.item:
+        for item in context:
+            if item is own:
                 continue
             text = item.text
             if not text:
@@ -635,14 +698,17 @@ class RealtimeEngine:
         text = "" if last_user is None else messages[last_user].content
         history = messages[:last_user] if last_user is not None else messages
         history = history[-HISTORY_MESSAGES:]
-        if response.instructions:
-            history = [Message("system", response.instructions), *history]
+        if instructions:
+            history = [Message("system", instructions), *history]
         return text, history
 
     async def _respond(self, response: Response) -> None:
         pending = [i.transcribed for i in response.context
                    if i.transcribed is not None and not i.transcribed.done()]
-        if pending:
+        if response.prepared is not None and not response.audio:
+            self._discard(response.prepared)
+            response.prepared = None
+        if pending and response.prepared is None:
             await asyncio.wait(pending, timeout=TRANSCRIPT_WAIT_S)
         text, history = self._agent_input(response)
         try:
@@ -670,22 +736,42 @@ class RealtimeEngine:
                            delta=piece)
 
     async def _speak(self, response: Response, text: str, history: Sequence[Message]) -> None:
-        stream = stream_clauses(self.hearing.agent.reply(text, history))
+        prepared = response.prepared
+        if prepared is None:
+            stream = stream_clauses(self.hearing.agent.reply(text, history))
+        else:
+            stream = prepared.clauses
         async with contextlib.aclosing(stream) as clauses:
+            if prepared is not None:
+                try:
+                    if prepared.task is not None:
+                        await prepared.task  # the first clause (an AgentError is the agent's)
+                    if prepared.first is not None and not response.done:
+                        self.replies_prepared_used += 1
+                        self._say(response, prepared.first, prepared.take_prerender())
+                finally:
+                    leftover = prepared.take_prerender()
+                    if leftover is not None:
+                        leftover.cancel()
             async for clause in clauses:
                 if response.done:
                     return
-                try:
-                    utterance = self.conversation.say(clause, response.voice)
-                except SpeechQueueFull:
-                    continue
-                entry = Clause(clause, utterance)
-                response.clauses.append(entry)
-                self._by_utterance[utterance.id] = (response, entry)
+                self._say(response, clause)
         for entry in list(response.clauses):
             await entry.utterance.finished.wait()
             if response.done:
                 return
+
+    def _say(self, response: Response, clause: str, prerendered: Any = None) -> None:
+        try:
+            utterance = self.conversation.say(clause, response.voice, prerendered=prerendered)
+        except SpeechQueueFull:
+            if prerendered is not None:
+                prerendered.cancel()
+            return
+        entry = Clause(clause, utterance)
+        response.clauses.append(entry)
+        self._by_utterance[utterance.id] = (response, entry)
 
     def _cancel(self, response: Response, reason: str, emit: bool = True) -> None:
         if response.done:
@@ -814,6 +900,8 @@ class RealtimeEngine:
         return {"model": self.config.model, "items": len(self.items),
                 "responses": dict(self.responses), "events_in": self.events_in,
                 "errors_sent": self.errors, "barge_ins": self.barge_ins,
+                "replies_prepared": self.replies_prepared,
+                "replies_prepared_used": self.replies_prepared_used,
                 "outbox": {"queued": len(self.outbox), "sent": self.outbox.sent,
                            "high_water": self.outbox.high_water},
                 "turn_detection": (self.config.turn_detection or {}).get("type"),
