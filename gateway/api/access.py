@@ -27,10 +27,14 @@ import jwt
 from aiohttp import web
 
 from gateway.api.errors import ApiError, Handler
+from gateway.realtime.keys import PREFIX as EPHEMERAL_PREFIX
+from gateway.realtime.keys import EphemeralKeys
 
 CHANNEL_PREFIX = "/v1/channels"
+#: where an ephemeral key (``ek_…``, gateway/realtime/keys.py) is a bearer token
+EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
-ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key"
+ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
 
@@ -42,6 +46,8 @@ class AccessPolicy:
     listen_tokens: tuple[str, ...] = ()
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    #: Realtime ephemeral keys: good as bearers for EPHEMERAL_PATHS only
+    ephemeral: EphemeralKeys | None = None
 
     @property
     def auth_required(self) -> bool:
@@ -165,14 +171,20 @@ class TokenCheck:
         self._tokens = [t.encode() for t in policy.tokens]
         self._listen_tokens = [t.encode() for t in policy.listen_tokens]
         self._secret = policy.jwt_secret
+        self._ephemeral = policy.ephemeral
 
-    def check(self, header: str | None) -> Grant:
+    def check(self, header: str | None, path: str = "") -> Grant:
         challenge = 'Bearer realm="voice-gateway"'
         if not header or not header.startswith("Bearer "):
             raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: "
                            "Bearer <token>)", {"WWW-Authenticate": challenge})
         token = header[7:].strip()
         invalid = {"WWW-Authenticate": f'{challenge}, error="invalid_token"'}
+        if token.startswith(EPHEMERAL_PREFIX) and self._ephemeral is not None:
+            if path.rstrip("/") in EPHEMERAL_PATHS and self._ephemeral.get(token) is not None:
+                return FULL  # (good on those two paths only)
+            raise ApiError(401, "invalid_token", "the ephemeral key is unknown, expired, or "
+                           "not good here (only for the Realtime calls and WebSocket)", invalid)
         raw = token.encode()
         if any(hmac.compare_digest(raw, t) for t in self._tokens):
             return FULL
@@ -201,10 +213,20 @@ def _credentials(request: web.Request) -> str | None:
         # ElevenLabs' clients (Pipecat, LiveKit) send their key so: it is our bearer token
         return f"Bearer {request.headers['xi-api-key']}"
     if header is None and request.method in ("GET", "HEAD"):
-        token = request.query.get("access_token")
+        token = request.query.get("access_token") or _subprotocol_key(request)
         if token:
             return f"Bearer {token}"
     return header
+
+
+def _subprotocol_key(request: web.Request) -> str | None:
+    """A browser's Realtime WebSocket cannot send headers: OpenAI's SDKs put the key in a
+    subprotocol, ``openai-insecure-api-key.<key>`` (gateway/realtime)."""
+    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        protocol = protocol.strip()
+        if protocol.startswith("openai-insecure-api-key."):
+            return protocol.removeprefix("openai-insecure-api-key.") or None
+    return None
 
 
 def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
@@ -213,7 +235,7 @@ def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if policy.auth_required and not _is_open(request):
-            grant = check.check(_credentials(request))
+            grant = check.check(_credentials(request), request.path)
             request[GRANT] = grant
             if not request.path.startswith(CHANNEL_PREFIX):
                 require(request, "speak")

@@ -20,6 +20,8 @@ from gateway.config import GatewayConfig
 from gateway.conversation.duplex import DuplexFactory
 from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
 from gateway.net.udp_mux import MuxGroup
+from gateway.realtime import routes as realtime
+from gateway.realtime.keys import EphemeralKeys
 from gateway.runtime.metrics import METRICS
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
@@ -33,7 +35,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
         jwt_secret=config.auth_jwt_secret, listen_tokens=config.listen_tokens,
         sessions_per_s=config.rate_limit_sessions,
-        speech_per_s=config.rate_limit_speech,
+        speech_per_s=config.rate_limit_speech, ephemeral=EphemeralKeys(),
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
@@ -76,6 +78,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     app.add_routes(speech_routes)
     add_elevenlabs_routes(app, app[VOICES], config.max_text_chars)
     app.add_routes(channel_routes)
+    realtime.install(app, app[REGISTRY], app[VOICES], policy.ephemeral)
     index = config.web_dir / "index.html"
     if index.exists():
 
