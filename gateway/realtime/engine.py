@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from gateway.agent.base import Agent, AgentError, Message
-from gateway.agent.clauses import stream_clauses
 from gateway.conversation.conversation import Conversation
 from gateway.conversation.events import Event
 from gateway.listen.asr import RecognitionError, Recognizer
@@ -65,6 +64,7 @@ from gateway.realtime.protocol import (
 )
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import Delivery, Utterance, UtteranceState
+from gateway.text.streaming import stream_clauses
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
