@@ -36,6 +36,7 @@ class GatewayConfig:
     expected_loss: int = 10
     max_body_bytes: int = 1 << 20
     max_text_chars: int = 100_000
+    max_speech_seconds: float = 1200.0  # audio one request may make; longer is cut with an error
     connect_timeout_s: float = 30.0
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
@@ -327,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-text-chars", type=int,
                    default=int(_env("MAX_TEXT_CHARS", str(d.max_text_chars)) or 0),
                    help="longest speech text accepted [GATEWAY_MAX_TEXT_CHARS]")
+    p.add_argument("--max-speech-seconds", type=float,
+                   default=float(_env("MAX_SPEECH_SECONDS", str(d.max_speech_seconds)) or 0),
+                   help="most audio one speech request (or agent reply) may make; synthesis "
+                   "stops there and the stream ends with an error [GATEWAY_MAX_SPEECH_SECONDS]")
     p.add_argument("--connect-timeout", type=float,
                    default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
                    help="seconds a session may take to connect before it is closed "
@@ -431,6 +436,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         expected_loss=args.expected_loss,
         max_body_bytes=args.max_body_bytes,
         max_text_chars=args.max_text_chars,
+        max_speech_seconds=args.max_speech_seconds,
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,

@@ -182,9 +182,11 @@ class RateLimiter:
 
 def _limited(request: web.Request) -> str | None:
     """Which limit a request counts against: 'sessions', 'speech' or None."""
+    path = request.path.rstrip("/")
+    if request.method == "GET" and path == "/v1/audio/speech":  # an <audio src> speaks too
+        return "speech"
     if request.method != "POST":
         return None
-    path = request.path.rstrip("/")
     if path == "/v1/sessions":
         return "sessions"
     if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):

@@ -19,6 +19,7 @@ from gateway.runtime.metrics import METRICS
 from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
+from gateway.tts import synthesis_limits
 from gateway.tts.registry import VoiceRegistry
 
 
@@ -55,6 +56,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    synthesis_limits.configure(synthesis_limits.SynthesisLimits(
+        max_chars=config.max_text_chars, max_audio_s=config.max_speech_seconds))
     app[STREAMING] = StreamDefaults(
         encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
         lead_s=config.live_lead_ms / 1000, write_s=config.live_write_ms / 1000,

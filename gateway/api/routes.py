@@ -26,6 +26,7 @@ from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
+from gateway.stream.speakable import unspeakable
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 
@@ -86,6 +87,8 @@ def checked_text(request: web.Request, text: str) -> str:
     limit = request.app[LIMITS]["max_text_chars"]
     if not text.strip():
         raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if (reason := unspeakable(text)) is not None:
+        raise ApiError(400, "invalid_text", reason)
     if len(text) > limit:
         raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
     return text
