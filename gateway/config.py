@@ -38,6 +38,12 @@ class GatewayConfig:
     max_text_chars: int = 100_000
     max_speech_seconds: float = 1200.0  # audio one request may make; longer is cut with an error
     connect_timeout_s: float = 30.0
+    # SDP / sdpfrag hard limits (api/sdp_limits.py): beyond them an offer or PATCH is a 400
+    sdp_max_line_chars: int = 4096
+    sdp_max_media_sections: int = 16
+    sdp_max_attributes: int = 2000
+    sdp_max_ssrc_lines: int = 128
+    max_remote_candidates: int = 64  # per session, offer + trickle
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one object per line, with session/utterance ids
@@ -332,6 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
                    default=float(_env("MAX_SPEECH_SECONDS", str(d.max_speech_seconds)) or 0),
                    help="most audio one speech request (or agent reply) may make; synthesis "
                    "stops there and the stream ends with an error [GATEWAY_MAX_SPEECH_SECONDS]")
+    for flag, field_name, what in (
+        ("--sdp-max-line-chars", "sdp_max_line_chars", "longest SDP/sdpfrag line"),
+        ("--sdp-max-media-sections", "sdp_max_media_sections", "most m-sections in an offer"),
+        ("--sdp-max-attributes", "sdp_max_attributes", "most a= lines in an offer"),
+        ("--sdp-max-ssrc-lines", "sdp_max_ssrc_lines", "most a=ssrc/a=ssrc-group lines"),
+        ("--max-remote-candidates", "max_remote_candidates",
+         "most remote ICE candidates per session (offer + trickle); .local ones are ignored"),
+    ):
+        env = field_name.upper()
+        p.add_argument(flag, type=int, dest=field_name,
+                       default=int(_env(env, str(getattr(d, field_name))) or 0),
+                       help=f"{what}; more is a 400 naming the limit [GATEWAY_{env}]")
     p.add_argument("--connect-timeout", type=float,
                    default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
                    help="seconds a session may take to connect before it is closed "
@@ -437,6 +455,11 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         max_body_bytes=args.max_body_bytes,
         max_text_chars=args.max_text_chars,
         max_speech_seconds=args.max_speech_seconds,
+        sdp_max_line_chars=args.sdp_max_line_chars,
+        sdp_max_media_sections=args.sdp_max_media_sections,
+        sdp_max_attributes=args.sdp_max_attributes,
+        sdp_max_ssrc_lines=args.sdp_max_ssrc_lines,
+        max_remote_candidates=args.max_remote_candidates,
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,

@@ -10,7 +10,18 @@ from gateway import aiortc_compat
 from gateway.api.access import AccessPolicy, middlewares
 from gateway.api.errors import json_errors
 from gateway.api.openapi import document
-from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes, stamp_arrival
+from gateway.api.routes import (
+    CACHE,
+    CANDIDATES,
+    LIMITS,
+    OPENAPI,
+    REGISTRY,
+    SDP_LIMITS,
+    VOICES,
+    routes,
+    stamp_arrival,
+)
+from gateway.api.sdp_limits import CandidateBudget, SdpLimits
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
 from gateway.config import GatewayConfig
@@ -56,6 +67,13 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    app[SDP_LIMITS] = SdpLimits(
+        max_line_chars=config.sdp_max_line_chars,
+        max_media_sections=config.sdp_max_media_sections,
+        max_attributes=config.sdp_max_attributes, max_ssrc_lines=config.sdp_max_ssrc_lines,
+        max_candidates=config.max_remote_candidates,
+    )
+    app[CANDIDATES] = CandidateBudget(config.max_remote_candidates)
     synthesis_limits.configure(synthesis_limits.SynthesisLimits(
         max_chars=config.max_text_chars, max_audio_s=config.max_speech_seconds))
     app[STREAMING] = StreamDefaults(

@@ -18,6 +18,7 @@ from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.api.models import JsonOffer, SpeechCreate, parse
 from gateway.api.openapi import DOCS_PAGE
+from gateway.api.sdp_limits import CandidateBudget, SdpLimitExceeded, SdpLimits, checked_sdp
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
@@ -40,6 +41,8 @@ LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
 STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 OPENAPI = web.AppKey("openapi", dict)
+SDP_LIMITS = web.AppKey("sdp_limits", SdpLimits)
+CANDIDATES = web.AppKey("candidate_budget", CandidateBudget)
 # Scale-out (gateway.cluster): Locations are absolute under this URL (--advertise-url), and
 # a supervised worker adds its load to /healthz
 BASE_URL = web.AppKey("base_url", str)
@@ -158,8 +161,10 @@ async def create_session(request: web.Request) -> web.Response:
         offer = await body_text(request)
     else:
         offer = parse(JsonOffer, await _json_body(request)).sdp
+    offer, candidates = _checked(request, offer)
     try:
         session, answer = await request.app[REGISTRY].create(offer, arrived_at(request))
+        request.app[CANDIDATES].charge(session, candidates)
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except Draining as exc:
@@ -197,6 +202,13 @@ async def delete_session(request: web.Request) -> web.Response:
     session = _session(request)
     await session.close("deleted by client")
     return web.Response(status=204)
+
+
+def _checked(request: web.Request, text: str, fragment: bool = False) -> tuple[str, int]:
+    try:
+        return checked_sdp(text, request.app[SDP_LIMITS], fragment=fragment)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, exc.code, f"{exc.limit}: {exc.message}") from exc
 
 
 def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, str | None]:
@@ -244,7 +256,11 @@ async def trickle_ice(request: web.Request) -> web.Response:
     session = _session(request)
     _require_type(request, SDPFRAG)
     leg = session.webrtc
-    body = await body_text(request)
+    body, count = _checked(request, await body_text(request), fragment=True)
+    try:
+        request.app[CANDIDATES].charge(session, count)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, "sdp_limit", f"{exc.limit}: {exc.message}") from exc
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
