@@ -44,6 +44,7 @@ class GatewayConfig:
     sdp_max_attributes: int = 2000
     sdp_max_ssrc_lines: int = 128
     max_remote_candidates: int = 64  # per session, offer + trickle
+    stun_checks_per_s: float = 20.0  # new ICE connectivity checks per second per session
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one object per line, with session/utterance ids
@@ -116,6 +117,7 @@ class GatewayConfig:
             red_max_distance=self.red_max_distance,
             red_adaptive=self.red_adaptive,
             uplink=self.duplex,
+            stun_checks_per_s=self.stun_checks_per_s,
         )
 
     def hearing_options(self) -> HearingOptions:
@@ -350,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=int, dest=field_name,
                        default=int(_env(env, str(getattr(d, field_name))) or 0),
                        help=f"{what}; more is a 400 naming the limit [GATEWAY_{env}]")
+    p.add_argument("--stun-checks-per-s", type=float,
+                   default=float(_env("STUN_CHECKS_PER_S", str(d.stun_checks_per_s)) or 0),
+                   help="new ICE connectivity checks a session may start per second (aioice's "
+                   "own pace is 50); with --max-remote-candidates, what bounds the STUN "
+                   "packets a client can aim anywhere (0: aioice's pace) "
+                   "[GATEWAY_STUN_CHECKS_PER_S]")
     p.add_argument("--connect-timeout", type=float,
                    default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
                    help="seconds a session may take to connect before it is closed "
@@ -460,6 +468,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         sdp_max_attributes=args.sdp_max_attributes,
         sdp_max_ssrc_lines=args.sdp_max_ssrc_lines,
         max_remote_candidates=args.max_remote_candidates,
+        stun_checks_per_s=args.stun_checks_per_s,
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,

@@ -4,6 +4,7 @@ remote candidates are capped. Every candidate here is on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from tests.abuse_probe import LoopStall
@@ -116,3 +117,50 @@ async def test_two_identical_m_sections_are_a_400_not_a_500(gateway):
     async with gateway.http.post(f"{gateway.url}/v1/sessions", data=offer, headers=SDP) as r:
         assert r.status == 400, await r.text()
         assert (await r.json())["error"]["code"]
+
+
+class _Counter(asyncio.DatagramProtocol):
+    """One of the test's own UDP sockets on 127.0.0.1: counts the STUN binding requests."""
+
+    def __init__(self, arrivals: list[tuple[float, int]]) -> None:
+        self.arrivals = arrivals
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.port = transport.get_extra_info("sockname")[1]
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        if data[:2] == b"\x00\x01":  # a STUN Binding request
+            self.arrivals.append((time.monotonic(), self.port))
+
+
+async def test_stun_checks_toward_named_addresses_are_paced_and_capped(start_gateway):
+    per_s = 10.0
+    gateway = await start_gateway(stun_checks_per_s=per_s, max_remote_candidates=64)
+    loop = asyncio.get_running_loop()
+    arrivals: list[tuple[float, int]] = []
+    # aioice checks each transport address once: 60 addresses of the test's own
+    sockets = [await loop.create_datagram_endpoint(lambda: _Counter(arrivals),
+                                                   local_addr=("127.0.0.1", 0))
+               for _ in range(60)]
+    try:
+        ports = [transport.get_extra_info("sockname")[1] for transport, _ in sockets]
+        location = await session(gateway)
+        # 3,000 candidates (the issue's attack): refused past the per-session cap...
+        frag = "a=mid:0\r\n" + "".join(
+            candidate(i, port=ports[i % 60]) + "\r\n" for i in range(3000))
+        async with gateway.http.patch(location, data=frag, headers=FRAG) as r:
+            assert r.status == 400
+        # ... and the 60 that fit are checked at the session's pace
+        frag = "a=mid:0\r\n" + "".join(
+            candidate(i, port=port) + "\r\n" for i, port in enumerate(ports))
+        async with gateway.http.patch(location, data=frag, headers=FRAG) as r:
+            assert r.status == 204
+        sent = time.monotonic()
+        await asyncio.sleep(2.0)
+    finally:
+        for transport, _ in sockets:
+            transport.close()
+    checked = {port for t, port in arrivals if t - sent < 1.0}  # new checks: one per address
+    # unpaced: a new check every 20 ms, ≈50 addresses in the first second (71 packets)
+    assert 0 < len(checked) <= 2 * per_s + 1, len(checked)  # a burst of per_s, then per_s/s
+    assert len(arrivals) <= 64 * 7  # each candidate: a check and 6 retransmissions at most

@@ -26,4 +26,5 @@ class SessionOptions:
     red_distance: int = 2  # RFC 2198: previous frames each packet carries (0: no RED)
     red_max_distance: int = 0  # ... raised up to this while NACKs show longer bursts (0: never)
     red_adaptive: bool = True  # RED only while the receiver reports loss
+    stun_checks_per_s: float = 20.0  # new ICE checks per second per session (aiortc_compat)
     uplink: bool = False  # answer sendrecv offers sendrecv and hear the user (full duplex, next)
