@@ -45,6 +45,12 @@ class GatewayConfig:
     sdp_max_ssrc_lines: int = 128
     max_remote_candidates: int = 64  # per session, offer + trickle
     stun_checks_per_s: float = 20.0  # new ICE connectivity checks per second per session
+    # sockets (api/timeouts.py): header / body-inactivity / keep-alive timeouts, per-address cap
+    header_timeout_s: float = 10.0
+    body_idle_timeout_s: float = 30.0
+    keepalive_timeout_s: float = 15.0
+    max_connections_per_ip: int = 1024
+    trusted_proxies: tuple[str, ...] = ()  # X-Forwarded-For is believed from these only
     web_dir: Path = field(default=WEB_DIR)
     log_level: str = "INFO"
     log_format: str = "text"  # or "json": one object per line, with session/utterance ids
@@ -358,6 +364,29 @@ def build_parser() -> argparse.ArgumentParser:
                    "own pace is 50); with --max-remote-candidates, what bounds the STUN "
                    "packets a client can aim anywhere (0: aioice's pace) "
                    "[GATEWAY_STUN_CHECKS_PER_S]")
+    p.add_argument("--header-timeout", type=float,
+                   default=float(_env("HEADER_TIMEOUT", str(d.header_timeout_s)) or 0),
+                   help="seconds a request's headers may take from its first byte; then 408 "
+                   "and the connection closes (0: none) [GATEWAY_HEADER_TIMEOUT]")
+    p.add_argument("--body-idle-timeout", type=float,
+                   default=float(_env("BODY_IDLE_TIMEOUT", str(d.body_idle_timeout_s)) or 0),
+                   help="seconds a request body may go without a byte (not its total: a "
+                   "streamed body stays open while it sends); then 408 (0: none) "
+                   "[GATEWAY_BODY_IDLE_TIMEOUT]")
+    p.add_argument("--keepalive-timeout", type=float,
+                   default=float(_env("KEEPALIVE_TIMEOUT", str(d.keepalive_timeout_s)) or 0),
+                   help="seconds an HTTP connection may sit idle between requests (or before "
+                   "its first); WebSockets keep alive by ping/pong [GATEWAY_KEEPALIVE_TIMEOUT]")
+    p.add_argument("--max-connections-per-ip", type=int,
+                   default=int(_env("MAX_CONNECTIONS_PER_IP", str(d.max_connections_per_ip))
+                               or 0),
+                   help="open connections per client address per process; more get 503 at "
+                   "once (0: no cap; raise it for load tests from one address) "
+                   "[GATEWAY_MAX_CONNECTIONS_PER_IP]")
+    p.add_argument("--trusted-proxies", default=_env("TRUSTED_PROXIES", ""),
+                   help="comma-separated addresses or networks of reverse proxies: from them, "
+                   "the client is the last address in X-Forwarded-For that is not a proxy, "
+                   "and they are not connection-capped [GATEWAY_TRUSTED_PROXIES]")
     p.add_argument("--connect-timeout", type=float,
                    default=float(_env("CONNECT_TIMEOUT", str(d.connect_timeout_s)) or 0),
                    help="seconds a session may take to connect before it is closed "
@@ -469,6 +498,11 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         sdp_max_ssrc_lines=args.sdp_max_ssrc_lines,
         max_remote_candidates=args.max_remote_candidates,
         stun_checks_per_s=args.stun_checks_per_s,
+        header_timeout_s=args.header_timeout,
+        body_idle_timeout_s=args.body_idle_timeout,
+        keepalive_timeout_s=args.keepalive_timeout,
+        max_connections_per_ip=args.max_connections_per_ip,
+        trusted_proxies=_csv(args.trusted_proxies),
         connect_timeout_s=args.connect_timeout,
         web_dir=args.web_dir,
         log_level=args.log_level,

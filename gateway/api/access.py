@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import jwt
 from aiohttp import web
 
+from gateway.api.client_address import TrustedProxies
 from gateway.api.errors import ApiError, Handler
 
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
@@ -32,6 +33,7 @@ class AccessPolicy:
     jwt_secret: str | None = None
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    trusted_proxies: tuple[str, ...] = ()  # X-Forwarded-For is believed from these
 
     @property
     def auth_required(self) -> bool:
@@ -201,12 +203,14 @@ def rate_limit_middleware(policy: AccessPolicy) -> web.middleware:  # type: igno
         if rate > 0
     }
 
+    proxies = TrustedProxies(policy.trusted_proxies)
+
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
         kind = _limited(request)
         limiter = limiters.get(kind) if kind else None
         if limiter is not None:
-            wait = limiter.retry_after(request.remote or "?")
+            wait = limiter.retry_after(proxies.client_of(request))
             if wait > 0:
                 raise ApiError(429, "rate_limited",
                                f"too many {kind} requests from this address; retry later",

@@ -40,7 +40,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
         jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
-        speech_per_s=config.rate_limit_speech,
+        speech_per_s=config.rate_limit_speech, trusted_proxies=config.trusted_proxies,
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(

@@ -16,6 +16,7 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     409: "conflict",
     413: "body_too_large",
     415: "unsupported_media_type",

@@ -46,6 +46,7 @@ from yarl import URL
 from gateway import __version__
 from gateway.api.access import EXPOSE_HEADERS
 from gateway.api.errors import ApiError, Handler, json_errors
+from gateway.api.timeouts import connection_limits, guard_runner, serve_options
 from gateway.cluster.directory import RedisDirectory, Unavailable, WorkerStatus
 from gateway.cluster.identity import ENV, WorkerIdentity
 from gateway.cluster.metrics import SupervisorMetrics
@@ -537,8 +538,11 @@ class Supervisor:
 
     async def run(self) -> None:
         await self.upstream.start()
-        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        limits = connection_limits(self.config)
+        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
+                               **serve_options(limits))
         await runner.setup()
+        guard_runner(runner, limits)  # the public port's timeouts and per-address cap
         try:
             site = web.TCPSite(runner, self.config.host, self.config.port)
             await site.start()  # first: a port in use fails before any worker starts
