@@ -70,6 +70,9 @@ class GatewayConfig:
     cors_origins: tuple[str, ...] = ("*",)
     auth_tokens: tuple[str, ...] = ()  # static bearer tokens (none: no auth unless a JWT secret)
     auth_jwt_secret: str | None = None  # HS256 JWTs with exp signed with this are accepted
+    auth_jwt_max_lifetime_s: float = 86_400.0  # ... whose exp is at most this far ahead
+    auth_jwt_audience: str | None = None  # ... with this aud, when set
+    auth_jwt_issuer: str | None = None  # ... with this iss, when set
     rate_limit_sessions: float = 0.0  # session creations per second per client address (0: off)
     rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
     idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
@@ -248,6 +251,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="accept JWT bearer tokens (HS256, with exp) signed with this secret "
         "[GATEWAY_AUTH_JWT_SECRET]",
     )
+    p.add_argument(
+        "--auth-jwt-max-lifetime", type=float,
+        default=float(_env("AUTH_JWT_MAX_LIFETIME", str(d.auth_jwt_max_lifetime_s)) or 0),
+        help="refuse a JWT whose exp is more than this many seconds ahead (0: no cap) "
+        "[GATEWAY_AUTH_JWT_MAX_LIFETIME]",
+    )
+    p.add_argument("--auth-jwt-audience", default=_env("AUTH_JWT_AUDIENCE"),
+                   help="require this aud claim in JWTs [GATEWAY_AUTH_JWT_AUDIENCE]")
+    p.add_argument("--auth-jwt-issuer", default=_env("AUTH_JWT_ISSUER"),
+                   help="require this iss claim in JWTs [GATEWAY_AUTH_JWT_ISSUER]")
     p.add_argument(
         "--rate-limit-sessions", type=float, default=float(_env("RATE_LIMIT_SESSIONS", "0") or 0),
         help="session creations per second per client address, bursts of twice that; more get "
@@ -468,8 +481,28 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _auth_tokens(flags: Sequence[str] | None) -> tuple[str, ...]:
+    """The static tokens; an empty or whitespace one (an unset ``$TOKEN``), or a
+    GATEWAY_AUTH_TOKEN that is set but names none, is an error: never auth configured open."""
+    if flags:
+        tokens = tuple(flags)
+    else:
+        raw = _env("AUTH_TOKEN")
+        tokens = _csv(raw)
+        if raw is not None and not tokens:  # set, even to "": meant to turn auth on
+            raise SystemExit(f"error: GATEWAY_AUTH_TOKEN={raw!r} names no token; unset it "
+                             "to run without static tokens")
+    for token in tokens:
+        if not token.strip() or token != token.strip():
+            raise SystemExit("error: --auth-token / GATEWAY_AUTH_TOKEN is empty or has "
+                             "whitespace (an unset variable?); refusing to start")
+    return tokens
+
+
 def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
     args = build_parser().parse_args(argv)
+    if args.auth_jwt_secret is not None and not args.auth_jwt_secret.strip():
+        raise SystemExit("error: --auth-jwt-secret is empty or whitespace; refusing to start")
     if args.live_lead_ms < 0 or args.live_write_ms < 0:
         raise SystemExit("error: --live-lead-ms and --live-write-ms must be >= 0")
     voices = tuple(args.voices or ()) or tuple(
@@ -519,8 +552,11 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         phrase_cache_dir=args.phrase_cache_dir,
         stall_warn_ms=args.stall_warn_ms,
         cors_origins=_csv(args.cors_origins) or ("*",),
-        auth_tokens=tuple(args.auth_tokens or ()) or _csv(_env("AUTH_TOKEN")),
+        auth_tokens=_auth_tokens(args.auth_tokens),
         auth_jwt_secret=args.auth_jwt_secret or None,
+        auth_jwt_max_lifetime_s=args.auth_jwt_max_lifetime,
+        auth_jwt_audience=args.auth_jwt_audience or None,
+        auth_jwt_issuer=args.auth_jwt_issuer or None,
         rate_limit_sessions=args.rate_limit_sessions,
         rate_limit_speech=args.rate_limit_speech,
         idle_timeout_s=args.idle_timeout,

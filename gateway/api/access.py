@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hmac
 import math
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from aiohttp import web
 from gateway.api.client_address import TrustedProxies
 from gateway.api.errors import ApiError, Handler
 
+#: RFC 6750 §2.1 b64token
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
@@ -31,9 +34,22 @@ class AccessPolicy:
     cors_origins: tuple[str, ...] = ("*",)
     tokens: tuple[str, ...] = ()
     jwt_secret: str | None = None
+    jwt_max_lifetime_s: float = 86_400.0  # a JWT's exp at most this far ahead (0: no cap)
+    jwt_audience: str | None = None  # required aud claim, when set
+    jwt_issuer: str | None = None  # required iss claim, when set
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
     trusted_proxies: tuple[str, ...] = ()  # X-Forwarded-For is believed from these
+
+    def __post_init__(self) -> None:
+        # an unset $TOKEN must never configure auth open: refuse to start instead
+        for token in self.tokens:
+            if not _B64TOKEN.fullmatch(token):
+                raise ValueError(
+                    "an auth token must be 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); "
+                    f"got {'an empty or whitespace token' if not token.strip() else repr(token)}")
+        if self.jwt_secret is not None and not self.jwt_secret.strip():
+            raise ValueError("the JWT secret is empty or whitespace")
 
     @property
     def auth_required(self) -> bool:
@@ -104,24 +120,42 @@ def _cors_headers(response: web.StreamResponse, origin: str) -> None:
 
 
 class TokenCheck:
+    """RFC 6750 bearer tokens: the scheme case-insensitive (RFC 7235 §2.1), the token exactly
+    as sent (a b64token: nothing trimmed, nothing else accepted), compared in constant time
+    with each static token, else checked as an HS256 JWT (exp required, its lifetime capped,
+    aud/iss when configured)."""
+
     def __init__(self, policy: AccessPolicy) -> None:
         self._tokens = [t.encode() for t in policy.tokens]
         self._secret = policy.jwt_secret
+        self._policy = policy
 
     def check(self, header: str | None) -> None:
         challenge = 'Bearer realm="voice-gateway"'
-        if not header or not header.startswith("Bearer "):
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() != "bearer":
             raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: "
                            "Bearer <token>)", {"WWW-Authenticate": challenge})
-        token = header[7:].strip()
+        token = token.lstrip(" ")
         invalid = {"WWW-Authenticate": f'{challenge}, error="invalid_token"'}
-        raw = token.encode()
+        if not _B64TOKEN.fullmatch(token):  # also a header that was not UTF-8 (surrogates)
+            raise ApiError(401, "invalid_token", "the token is not valid", invalid)
+        raw = token.encode("ascii")
         if any(hmac.compare_digest(raw, t) for t in self._tokens):
             return
         if self._secret is not None and token.count(".") == 2:
+            policy = self._policy
             try:
-                jwt.decode(token, self._secret, algorithms=["HS256"],
-                           options={"require": ["exp"]})
+                claims = jwt.decode(
+                    token, self._secret, algorithms=["HS256"], audience=policy.jwt_audience,
+                    issuer=policy.jwt_issuer,
+                    options={"require": ["exp"] + (["aud"] if policy.jwt_audience else [])
+                             + (["iss"] if policy.jwt_issuer else [])})
+                ahead = float(claims["exp"]) - time.time()
+                if policy.jwt_max_lifetime_s > 0 and ahead > policy.jwt_max_lifetime_s:
+                    raise ApiError(401, "invalid_token", f"the token's exp is {ahead:.0f} s "
+                                   f"ahead; at most {policy.jwt_max_lifetime_s:g} are accepted "
+                                   "(--auth-jwt-max-lifetime)", invalid)
                 return
             except jwt.ExpiredSignatureError:
                 raise ApiError(401, "token_expired", "the token has expired", invalid) from None

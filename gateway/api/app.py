@@ -39,7 +39,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
-        jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
+        jwt_secret=config.auth_jwt_secret, jwt_max_lifetime_s=config.auth_jwt_max_lifetime_s,
+        jwt_audience=config.auth_jwt_audience, jwt_issuer=config.auth_jwt_issuer,
+        sessions_per_s=config.rate_limit_sessions,
         speech_per_s=config.rate_limit_speech, trusted_proxies=config.trusted_proxies,
     )
     cors, auth, rate_limit = middlewares(policy)
