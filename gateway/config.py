@@ -75,6 +75,7 @@ class GatewayConfig:
     auth_jwt_issuer: str | None = None  # ... with this iss, when set
     rate_limit_sessions: float = 0.0  # session creations per second per client address (0: off)
     rate_limit_speech: float = 0.0  # speech requests per second per client address (0: off)
+    rate_limit_requests: float = 0.0  # every other route that does work, per address (0: off)
     idle_timeout_s: float = 0.0  # close sessions idle this long (0: never)
     drain_timeout_s: float = 30.0  # on SIGTERM: how long playing speech may finish
     duplex: bool = False  # hear sendrecv offers: VAD -> ASR -> agent -> speech
@@ -270,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--rate-limit-speech", type=float, default=float(_env("RATE_LIMIT_SPEECH", "0") or 0),
         help="speech requests per second per client address (0: no limit) "
         "[GATEWAY_RATE_LIMIT_SPEECH]",
+    )
+    p.add_argument(
+        "--rate-limit-requests", type=float,
+        default=float(_env("RATE_LIMIT_REQUESTS", "0") or 0),
+        help="requests per second per client address on every other route that does work (a "
+        "session's state, trickle, events, utterances, DELETE); open routes (health, metrics, "
+        "the page) are not counted (0: no limit). Every limit is shared by a node's workers, "
+        "and by the cluster with --redis-url [GATEWAY_RATE_LIMIT_REQUESTS]",
     )
     p.add_argument(
         "--idle-timeout", type=float, default=float(_env("IDLE_TIMEOUT", "0") or 0),
@@ -559,6 +568,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         auth_jwt_issuer=args.auth_jwt_issuer or None,
         rate_limit_sessions=args.rate_limit_sessions,
         rate_limit_speech=args.rate_limit_speech,
+        rate_limit_requests=args.rate_limit_requests,
         idle_timeout_s=args.idle_timeout,
         drain_timeout_s=args.drain_timeout,
         duplex=args.duplex,

@@ -12,7 +12,6 @@ import hmac
 import math
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from aiohttp import web
 
 from gateway.api.client_address import TrustedProxies
 from gateway.api.errors import ApiError, Handler
+from gateway.api.rate_store import BucketStore, LocalBuckets
 
 #: RFC 6750 §2.1 b64token
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
@@ -39,6 +39,7 @@ class AccessPolicy:
     jwt_issuer: str | None = None  # required iss claim, when set
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    requests_per_s: float = 0.0  # every other route that does work
     trusted_proxies: tuple[str, ...] = ()  # X-Forwarded-For is believed from these
 
     def __post_init__(self) -> None:
@@ -190,61 +191,41 @@ def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
     return auth
 
 
-class RateLimiter:
-    """Token buckets per client address (``rate`` per second, a burst of twice as many, at
-    least 1), the least recently seen forgotten past ``max_clients``."""
-
-    def __init__(self, rate: float, max_clients: int = 10_000) -> None:
-        self.rate = rate
-        self.burst = max(1.0, 2 * rate)
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._max = max_clients
-
-    def retry_after(self, client: str, now: float | None = None) -> float:
-        """0 if ``client`` may go ahead now (and charge it), else the seconds to wait."""
-        now = time.monotonic() if now is None else now
-        tokens, at = self._buckets.pop(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens >= 1.0:
-            self._buckets[client] = (tokens - 1.0, now)
-            wait = 0.0
-        else:
-            self._buckets[client] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate
-        while len(self._buckets) > self._max:
-            self._buckets.popitem(last=False)
-        return wait
+RATE_STORE = web.AppKey("rate_store", BucketStore)  # type: ignore[type-abstract]
 
 
 def _limited(request: web.Request) -> str | None:
-    """Which limit a request counts against: 'sessions', 'speech' or None."""
+    """Which limit a request counts against: 'sessions', 'speech', 'requests' (every other
+    route that does work: a session's state, trickle, events, utterances, DELETE) or None
+    (open routes: health, metrics, the page, the API document, the voice list)."""
     path = request.path.rstrip("/")
-    if request.method == "GET" and path == "/v1/audio/speech":  # an <audio src> speaks too
-        return "speech"
-    if request.method != "POST":
+    method = request.method
+    if method == "OPTIONS" or _is_open(request):
         return None
-    if path == "/v1/sessions":
+    if method == "POST" and path == "/v1/sessions":
         return "sessions"
-    if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):
+    if path == "/v1/audio/speech" and method in ("GET", "HEAD", "POST"):
+        return "speech"  # a GET (<audio src>) speaks as much as a POST
+    if method == "POST" and (path == "/v1/speech/stream" or path.endswith("/speech")):
         return "speech"
-    return None
+    return "requests"
+
+
+_LOCAL = LocalBuckets()  # an app built without a store (create_app always sets one)
 
 
 def rate_limit_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
-    limiters = {
-        name: RateLimiter(rate)
-        for name, rate in (("sessions", policy.sessions_per_s), ("speech", policy.speech_per_s))
-        if rate > 0
-    }
-
+    rates = {"sessions": policy.sessions_per_s, "speech": policy.speech_per_s,
+             "requests": policy.requests_per_s}
     proxies = TrustedProxies(policy.trusted_proxies)
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
         kind = _limited(request)
-        limiter = limiters.get(kind) if kind else None
-        if limiter is not None:
-            wait = limiter.retry_after(proxies.client_of(request))
+        rate = rates.get(kind, 0.0) if kind else 0.0
+        if kind and rate > 0:
+            store = request.app.get(RATE_STORE) or _LOCAL
+            wait = await store.retry_after(kind, proxies.client_of(request), rate)
             if wait > 0:
                 raise ApiError(429, "rate_limited",
                                f"too many {kind} requests from this address; retry later",

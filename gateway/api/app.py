@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from gateway import aiortc_compat
-from gateway.api.access import AccessPolicy, middlewares
+from gateway.api.access import RATE_STORE, AccessPolicy, middlewares
 from gateway.api.errors import json_errors
 from gateway.api.openapi import document
+from gateway.api.rate_store import LocalBuckets, RedisBuckets
 from gateway.api.routes import (
     CACHE,
     CANDIDATES,
@@ -41,7 +42,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
         jwt_secret=config.auth_jwt_secret, jwt_max_lifetime_s=config.auth_jwt_max_lifetime_s,
         jwt_audience=config.auth_jwt_audience, jwt_issuer=config.auth_jwt_issuer,
-        sessions_per_s=config.rate_limit_sessions,
+        sessions_per_s=config.rate_limit_sessions, requests_per_s=config.rate_limit_requests,
         speech_per_s=config.rate_limit_speech, trusted_proxies=config.trusted_proxies,
     )
     cors, auth, rate_limit = middlewares(policy)
@@ -69,6 +70,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    # a supervised worker without Redis swaps in the node's shared file (cluster/worker.py)
+    app[RATE_STORE] = RedisBuckets(config.redis_url) if config.redis_url else LocalBuckets()
     app[SDP_LIMITS] = SdpLimits(
         max_line_chars=config.sdp_max_line_chars,
         max_media_sections=config.sdp_max_media_sections,

@@ -28,7 +28,9 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.api.access import RATE_STORE
 from gateway.api.errors import Handler
+from gateway.api.rate_store import SharedFileBuckets, shared_path
 from gateway.api.routes import BASE_URL, HEALTH_EXTRA, REGISTRY
 from gateway.cluster.directory import (
     HEARTBEAT_S,
@@ -62,6 +64,8 @@ def attach_worker(app: web.Application, config: GatewayConfig) -> WorkerAgent | 
     identity = WorkerIdentity.from_env()
     if identity is None:
         return None
+    if not config.redis_url:  # the node's workers share their rate limits (api/rate_store.py)
+        app[RATE_STORE] = SharedFileBuckets(shared_path(identity.supervisor_pid))
     return WorkerAgent(app, config, identity)
 
 
