@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway import aiortc_compat
 from gateway.api.access import RATE_STORE, AccessPolicy, middlewares
-from gateway.api.errors import json_errors
+from gateway.api.errors import ApiError, Handler, json_errors
 from gateway.api.openapi import document
 from gateway.api.rate_store import LocalBuckets, RedisBuckets
 from gateway.api.routes import (
@@ -33,6 +34,22 @@ from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts import synthesis_limits
 from gateway.tts.registry import VoiceRegistry
+
+
+def web_files(root: Path) -> Handler:
+    """The demo page's files under ``/web/``: what ``add_static`` serves (no index, nothing
+    outside ``root``, symlinks out of it refused), but a missing file is the API's JSON 404,
+    not an empty octet-stream one (aiohttp's FileResponse sets 404 after the middlewares)."""
+    base = root.resolve()
+
+    async def web_file(request: web.Request) -> web.StreamResponse:
+        relative = request.match_info["path"]
+        target = (base / relative).resolve()
+        if not target.is_relative_to(base) or not target.is_file():
+            raise ApiError(404, "not_found", f"no file /web/{relative}")
+        return web.FileResponse(target)
+
+    return web_file
 
 
 def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> web.Application:
@@ -98,7 +115,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
             return web.FileResponse(index)
 
         app.router.add_get("/", page)
-        app.router.add_static("/web/", config.web_dir, show_index=False)
+        app.router.add_get("/web/{path:.+}", web_files(config.web_dir))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if udp_mux is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -327,9 +328,12 @@ async def get_utterance(request: web.Request) -> web.Response:
         raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
     if request.query.get("wait") not in (None, "", "0", "false"):
         try:
-            timeout = min(float(request.query.get("timeout", "60")), 60.0)
-        except ValueError as exc:
-            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds") from exc
+            timeout = float(request.query.get("timeout", "60"))
+        except ValueError:
+            timeout = math.nan
+        if not 0 <= timeout:  # NaN too
+            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds >= 0")
+        timeout = min(timeout, 60.0)
         event = utterance.started if request.query["wait"] == "sent" else utterance.finished
         if not event.is_set():
             closed = asyncio.ensure_future(session.closed.wait())

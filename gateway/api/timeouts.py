@@ -75,6 +75,10 @@ def check_aiohttp_internals() -> list[str]:
     problems = [f"RequestHandler.{name}" for name in _HANDLER_ATTRS if name not in code]
     if "_server" not in web.AppRunner.__slots__ + web.BaseRunner.__slots__:
         problems.append("BaseRunner._server")
+    server_init = web.Server.__init__.__code__.co_names
+    problems += [f"Server.{name}" for name in ("_loop", "_kwargs") if name not in server_init]
+    if "handle_error" not in vars(RequestHandler):
+        problems.append("RequestHandler.handle_error")
     return problems
 
 
@@ -83,6 +87,53 @@ def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
     head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     return head.encode() + body
+
+
+_PARSE_ERRORS = {
+    "LineTooLong": "the request line or a header is too long (at most 8,190 bytes)",
+    "BadHttpMethod": "not an HTTP request (bad method)",
+    "BadStatusLine": "not an HTTP request (bad request line)",
+    "InvalidHeader": "a malformed header",
+    "InvalidURLError": "a malformed URL",
+    "ContentEncodingError": "the body's Content-Encoding is not supported or the body is not "
+                            "valid in it (gzip and deflate are)",
+    "TransferEncodingError": "a malformed chunked body",
+    "ContentLengthError": "the body does not match its Content-Length",
+}
+
+
+class JsonErrorHandler(RequestHandler):
+    """aiohttp's handler, but the errors it answers itself -- requests its parser refused,
+    before any route or middleware runs -- are JSON like every other error, name the problem
+    without echoing the request (a refused request line would carry its ``access_token``), and
+    log one line, not a traceback."""
+
+    __slots__ = ()
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """aiohttp's 'Unhandled exception' (e.g. draining a body a handler refused as
+        unreadable): one line; the traceback at debug level only."""
+        exc = kw.get("exc_info")
+        what = f": {type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else ""
+        self.logger.warning((args[0] if args else "error") + what, *args[1:])
+        self.logger.debug("the traceback", **kw)
+
+    def handle_error(self, request: Any, status: int = 500, exc: BaseException | None = None,
+                     message: str | None = None) -> web.StreamResponse:
+        kind = type(exc).__name__ if exc is not None else ""
+        log.info("refused a request from %s: %d %s", request.remote, status, kind or "error")
+        if request.writer.output_size > 0:
+            raise ConnectionError("a response was under way: cannot send an error response")
+        if status >= 500:
+            code, text = "internal_error", "the gateway hit an unexpected error"
+        elif status == 408 or status == 504:
+            code, text = "request_timeout", "the request took too long"
+        else:
+            code = "bad_request" if status == 400 else f"http_{status}"
+            text = _PARSE_ERRORS.get(kind, "a malformed HTTP request")
+        response = web.json_response({"error": {"code": code, "message": text}}, status=status)
+        response.force_close()
+        return response
 
 
 class BodyIdleTimeout(web.HTTPRequestTimeout, TimeoutError):
@@ -104,7 +155,8 @@ class ConnectionGuard:
         self._trusted = TrustedProxies(limits.trusted_proxies)
 
     def __call__(self) -> GuardedProtocol:
-        return GuardedProtocol(self._server(), self)
+        server = self._server  # what aiohttp's Server.__call__ does, with our handler class
+        return GuardedProtocol(JsonErrorHandler(server, loop=server._loop, **server._kwargs), self)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._server, name)
