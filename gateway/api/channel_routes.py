@@ -23,17 +23,20 @@ from gateway.api.errors import ApiError
 from gateway.api.models import SpeechCreate, parse
 from gateway.api.routes import (
     BASE_URL,
+    CANDIDATES,
     JSON,
     SDP,
     _json_body,
     _require_type,
     arrived_at,
     body_text,
+    checked_offer,
     checked_text,
     ice_server_links,
     patch_webrtc_leg,
     voice_named,
 )
+from gateway.api.sdp_limits import SdpLimitExceeded
 from gateway.api.speech_http import SEND_BUFFER_BYTES
 from gateway.channels.broadcast import Broadcast
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
@@ -189,10 +192,13 @@ async def channel_whep(request: web.Request) -> web.Response:
     listener's resource; it hears the channel from the next aired frame."""
     _require_type(request, SDP)
     channel = await _listenable(request)
-    offer = await body_text(request)
+    offer, candidates = checked_offer(request, await body_text(request))
     registry = request.app[CHANNELS]
     try:
         listener, answer = await registry.add_whep(channel, offer)
+        request.app[CANDIDATES].charge(listener.leg, candidates)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, "sdp_limit", f"{exc.limit}: {exc.message}") from exc
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except ChannelFull as exc:

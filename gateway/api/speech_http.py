@@ -38,7 +38,7 @@ from gateway.http import formatters
 from gateway.http.chunked_writer import ChunkedBodyWriter
 from gateway.http.flush_policy import FlushPolicy, tcp_rtt_ms
 from gateway.http.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
-from gateway.http.leg import HttpStreamLeg, StreamOptions
+from gateway.http.leg import HttpStreamLeg, StreamFailed, StreamOptions
 from gateway.http.openai_speech import (
     MEDIA_TYPES,
     SpeechRequest,
@@ -186,6 +186,12 @@ async def stream_response(
         body = ChunkedBodyWriter(request, response)
         await leg.run(utterance, body.write, body.write_now)
         await response.write_eof()
+    except StreamFailed as exc:
+        # No error record in this format: end without the last chunk, so the reader sees a
+        # truncated body (never a clean 200 that is missing its end)
+        log.warning("HTTP stream cut: synthesis failed: %s", exc)
+        if request.transport is not None:
+            request.transport.close()
     except (ConnectionResetError, ConnectionError) as exc:
         log.info("HTTP stream ended by the client: %r", exc)
     finally:

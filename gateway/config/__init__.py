@@ -76,6 +76,31 @@ def _or_none(value: str) -> str | None:
     return value.strip() or None
 
 
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 section 2.1
+
+
+def _token(value: str) -> str:
+    """A static bearer token: never one that configures auth open (empty, whitespace)."""
+    if not _B64TOKEN.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            "an auth token is 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); got "
+            + (
+                "an empty or whitespace one (an unset variable?)"
+                if not value.strip()
+                else repr(value)
+            )
+        )
+    return value
+
+
+def _secret(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError(
+            "empty or whitespace: refusing to start (an unset variable?)"
+        )
+    return value
+
+
 def _origins(value: str) -> tuple[str, ...]:
     return _csv(value) or ("*",)
 
@@ -245,12 +270,13 @@ class GatewayConfig:
         env="AUTH_TOKEN",
         repeat=True,
         metavar="TOKEN",
+        parse=_token,
         group=ACCESS,
     )
     auth_jwt_secret: str | None = opt(
         None,
         "accept JWT bearer tokens (HS256, with exp) signed with this secret",
-        parse=_or_none,
+        parse=_secret,
         group=ACCESS,
     )
     listen_tokens: tuple[str, ...] = opt(
@@ -261,6 +287,29 @@ class GatewayConfig:
         env="LISTEN_TOKEN",
         repeat=True,
         metavar="TOKEN",
+        parse=_token,
+        group=ACCESS,
+    )
+    auth_jwt_max_lifetime_s: float = opt(
+        86_400.0,
+        "refuse a JWT whose exp is more than this many seconds ahead (0: no cap)",
+        flag="--auth-jwt-max-lifetime",
+        env="AUTH_JWT_MAX_LIFETIME",
+        parse=_non_negative,
+        group=ACCESS,
+    )
+    auth_jwt_audience: str | None = opt(
+        None, "require this aud claim in JWTs", parse=_or_none, group=ACCESS
+    )
+    auth_jwt_issuer: str | None = opt(
+        None, "require this iss claim in JWTs", parse=_or_none, group=ACCESS
+    )
+    trusted_proxies: tuple[str, ...] = opt(
+        (),
+        "comma-separated addresses or networks of reverse proxies: from them, the client is "
+        "the last address in X-Forwarded-For that is not a proxy, and they are not "
+        "connection-capped",
+        parse=_csv,
         group=ACCESS,
     )
     rate_limit_sessions: float = opt(
@@ -272,6 +321,14 @@ class GatewayConfig:
     )
     rate_limit_speech: float = opt(
         0.0, "speech requests per second per client address (0: no limit)", group=ACCESS
+    )
+    rate_limit_requests: float = opt(
+        0.0,
+        "requests per second per client address on every other route that does work (a "
+        "session's state, trickle, events, utterances, DELETE); open routes (health, metrics, "
+        "the page) are not counted (0: no limit). Every limit is shared by a node's workers, "
+        "and by the cluster with --redis-url",
+        group=ACCESS,
     )
     # limits
     max_sessions: int = opt(100, "concurrent session cap; more get 503", group=LIMITS)
@@ -299,6 +356,72 @@ class GatewayConfig:
         "speech finish for up to this many seconds",
         flag="--drain-timeout",
         env="DRAIN_TIMEOUT",
+        group=LIMITS,
+    )
+    max_speech_seconds: float = opt(
+        1200.0,
+        "most audio one speech request (or agent reply) may make; synthesis stops there and "
+        "the stream ends with an error",
+        parse=_non_negative,
+        group=LIMITS,
+    )
+    sdp_max_line_chars: int = opt(
+        4096, "longest SDP/sdpfrag line; more is a 400 naming the limit", group=LIMITS
+    )
+    sdp_max_media_sections: int = opt(
+        16, "most m-sections in an offer; more is a 400 naming the limit", group=LIMITS
+    )
+    sdp_max_attributes: int = opt(
+        2000, "most a= lines in an offer; more is a 400 naming the limit", group=LIMITS
+    )
+    sdp_max_ssrc_lines: int = opt(
+        128, "most a=ssrc/a=ssrc-group lines; more is a 400 naming the limit", group=LIMITS
+    )
+    max_remote_candidates: int = opt(
+        64,
+        "most remote ICE candidates per session (offer + trickle; .local ones are ignored); "
+        "more is a 400 naming the limit",
+        group=LIMITS,
+    )
+    stun_checks_per_s: float = opt(
+        _S("stun_checks_per_s"),
+        "new ICE connectivity checks a session may start per second (aioice's own pace is "
+        "50); with --max-remote-candidates, what bounds the STUN packets a client can aim "
+        "anywhere (0: aioice's pace)",
+        parse=_non_negative,
+        group=LIMITS,
+    )
+    header_timeout_s: float = opt(
+        10.0,
+        "seconds a request's headers may take from its first byte; then 408 and the "
+        "connection closes (0: none)",
+        flag="--header-timeout",
+        env="HEADER_TIMEOUT",
+        parse=_non_negative,
+        group=LIMITS,
+    )
+    body_idle_timeout_s: float = opt(
+        30.0,
+        "seconds a request body may go without a byte (not its total: a streamed body stays "
+        "open while it sends); then 408 (0: none)",
+        flag="--body-idle-timeout",
+        env="BODY_IDLE_TIMEOUT",
+        parse=_non_negative,
+        group=LIMITS,
+    )
+    keepalive_timeout_s: float = opt(
+        15.0,
+        "seconds an HTTP connection may sit idle between requests (or before its first); "
+        "WebSockets keep alive by ping/pong",
+        flag="--keepalive-timeout",
+        env="KEEPALIVE_TIMEOUT",
+        parse=_non_negative,
+        group=LIMITS,
+    )
+    max_connections_per_ip: int = opt(
+        1024,
+        "open connections per client address per process; more get 503 at once (0: no cap; "
+        "raise it for load tests from one address)",
         group=LIMITS,
     )
     max_channels: int = opt(16, "broadcast channels per worker (docs/channels.md)", group=LIMITS)
@@ -510,4 +633,11 @@ def parse_config(
     parser = build_parser()
     check_renamed(args_list, env, RENAMED, parser.error)
     args = parser.parse_args(args_list)
+    for name in ("GATEWAY_AUTH_TOKEN", "GATEWAY_LISTEN_TOKEN"):
+        raw = env.get(name)
+        if raw is not None and not raw.replace(",", "").strip():
+            parser.error(
+                f"{name}={raw!r} names no token: unset it to run without static "
+                "tokens (never auth configured open)"
+            )
     return GatewayConfig(**values(GatewayConfig, args, env, parser.error))

@@ -28,4 +28,5 @@ class SessionOptions:
     red_max_distance: int = 0  # ... raised up to this while NACKs show longer bursts (0: never)
     red_adaptive: bool = True  # RED only while the receiver reports loss
     playout_allowance_s: float = DEFAULT_PLAYOUT_ALLOWANCE_S  # receiver playout delay (heard)
+    stun_checks_per_s: float = 20.0  # new ICE checks per second per session (aiortc_compat)
     uplink: bool = False  # answer sendrecv offers sendrecv and hear the user (full duplex, next)

@@ -2,7 +2,11 @@
 
 A formatter turns the conversation's frames into the response body's bytes: ``start`` (headers
 of the format), ``frame`` per 20 ms frame, ``end`` at the normal end, ``error`` when synthesis
-failed mid-stream. ``needs_pcm`` says whether it takes the 24 kHz PCM frames (transcoded
+failed mid-stream -- for formats with an error record (``carries_errors``: the frame records,
+SSE); the others have no way to say it in the body, so their stream is cut (a chunked body
+without its last chunk, which every HTTP client reports as an error).
+
+``needs_pcm`` says whether it takes the 24 kHz PCM frames (transcoded
 formats, a tempo change) or the Opus frames the WebRTC path sends (passed through unchanged).
 """
 
@@ -22,6 +26,7 @@ from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEn
 class FrameFormatter:
     media_type = "application/octet-stream"
     needs_pcm = False
+    carries_errors = False  # error() writes a record the reader sees (else: the body is cut)
 
     def start(self) -> bytes:
         return b""
@@ -63,6 +68,7 @@ class FrameRecords(FrameFormatter):
     """The gateway's own framed stream (stream/frame_records.py)."""
 
     media_type = frame_records.MEDIA_TYPE
+    carries_errors = True
 
     def __init__(self) -> None:
         self._encoder = frame_records.FrameRecordEncoder()
@@ -135,6 +141,7 @@ class ServerSentEvents(FrameFormatter):
     done event with the usage; an error event if synthesis fails."""
 
     media_type = SSE_MEDIA_TYPE
+    carries_errors = True
 
     def __init__(self, inner: FrameFormatter, input_tokens: int) -> None:
         self.inner = inner

@@ -50,6 +50,11 @@ Write = Callable[[bytes], Awaitable[None]]
 WriteNow = Callable[[bytes], bool]
 
 
+class StreamFailed(Exception):
+    """Synthesis failed mid-stream and the format has no error record: the caller cuts the
+    response (no final chunk) so the reader sees a truncated body, not a clean end."""
+
+
 @dataclass(frozen=True, slots=True)
 class StreamOptions:
     pace: Pace = "asap"
@@ -106,6 +111,8 @@ class HttpStreamLeg:
             await self._run_asap(utterance, write)
         formatter = self.formatter
         if utterance.state is UtteranceState.FAILED:
+            if not formatter.carries_errors:
+                raise StreamFailed(utterance.error or "synthesis failed")
             await self._write(write, formatter.error("synthesis_failed", utterance.error or ""))
         else:
             await self._write(write, formatter.end())

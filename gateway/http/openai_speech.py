@@ -27,6 +27,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from gateway.http.speakable import unspeakable
+
 ResponseFormat = Literal["opus", "pcm", "wav", "mp3", "flac", "aac"]
 RESPONSE_FORMATS: tuple[str, ...] = ("opus", "pcm", "wav", "mp3", "flac", "aac")
 MEDIA_TYPES = {
@@ -118,6 +120,8 @@ class SpeechRequest(BaseModel):
             return value  # the str type check names it
         if not value.strip():
             raise PydanticCustomError("invalid_input", "input must not be empty")
+        if (reason := unspeakable(value)) is not None:
+            raise PydanticCustomError("invalid_input", reason)
         max_chars = _context(info).get("max_chars")
         if max_chars is not None and len(value) > max_chars:
             raise PydanticCustomError(

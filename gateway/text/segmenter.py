@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import re
 
+from gateway.text.clause_bound import MAX_CLAUSE_CHARS
+
 SENTENCE_END = ".!?…"
 CLAUSE_END = ",;:\u2014\u2013"  # also em and en dashes
 # Breaks without the whitespace after them: scripts written without spaces (CJK).
@@ -37,8 +39,8 @@ CJK_SENTENCE_END = "\u3002\uff01\uff1f"
 CJK_CLAUSE_END = "\uff0c\u3001\uff1b\uff1a"
 CLOSERS = "\"')]}\u00bb\u201d\u2019\u300d\u300f"
 OPENERS = "\"'([{\u00ab\u201c\u2018"
-# A clause is never longer than this (characters): the synthesis work per clause stays bounded.
-MAX_CLAUSE_CHARS = 200
+# A clause is never longer than MAX_CLAUSE_CHARS (clause_bound.py, the one bound every path
+# keeps): the synthesis work per clause stays bounded.
 FIRST_MAX_WORDS = 6
 MIN_WORDS = 3
 

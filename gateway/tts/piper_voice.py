@@ -12,6 +12,11 @@ is rendered alone and ahead of everyone's prefetches, then each next one is pref
 previous one plays (and promoted if its turn comes before it started). Clause joints have their
 long silences trimmed so the seams stay natural, and the first clause's leading silence is
 trimmed so speech starts at once.
+
+No clause is longer than ``MAX_CLAUSE_CHARS`` (``clause_bound``: text without punctuation is
+cut at word boundaries), so one model run's memory is bounded; and a stream that is closed
+(its reader went away, its session closed) stops the model run under way at once
+(``render_cancel``: onnxruntime's terminate flag), not when its clause is done.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from typing import Any
 import numpy as np
 
 from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
+from gateway.text.clause_bound import MAX_CLAUSE_CHARS, bound_clauses
 from gateway.text.segmenter import split_clauses
 from gateway.text.timing import WordTiming, estimate_words
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.piper_align import patched_model, word_timings
+from gateway.tts.render_cancel import CancellableSession, RenderCancel, RenderCancelled
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
@@ -95,7 +102,7 @@ def _build_voice() -> Any:
     session = onnxruntime.InferenceSession(
         model, sess_options=options, providers=["CPUExecutionProvider"]
     )
-    return PiperVoice(session=session, config=config)
+    return PiperVoice(session=CancellableSession(session), config=config)
 
 
 def piper_pool() -> WorkerPool:
@@ -150,12 +157,14 @@ class PiperSynthesizer:
         model: str = "joe",
         first_max_words: int = FIRST_MAX_WORDS,
         pool: WorkerPool | None = None,
+        max_clause_chars: int = MAX_CLAUSE_CHARS,
     ) -> None:
         self.name = name
         self.voice = load_piper_voice(model)
         self.sample_rate = int(self.voice.config.sample_rate)
         self.first_max_words = first_max_words
         self.pool = pool or piper_pool()
+        self.max_clause_chars = max_clause_chars
 
     async def warm_up(self) -> float:
         """Render one short clause on the pool before serving: onnxruntime's first inference
@@ -165,10 +174,20 @@ class PiperSynthesizer:
         await self.pool.run(self._render, "Hello.")
         return asyncio.get_running_loop().time() - started
 
-    def _render(self, clause: str) -> tuple[np.ndarray, list[WordTiming]]:
+    def _render(
+        self, clause: str, cancel: RenderCancel | None = None
+    ) -> tuple[np.ndarray, list[WordTiming]]:
         """The clause's PCM and its words' timings (Piper's own when the model gives its
-        phoneme durations, else estimated at a constant character rate)."""
-        chunks = list(self.voice.synthesize(clause, include_alignments=True))
+        phoneme durations, else estimated at a constant character rate); ``cancel`` stops
+        the run between and inside Piper's sentences."""
+        if cancel is None:
+            chunks = list(self.voice.synthesize(clause, include_alignments=True))
+        else:
+            chunks = []
+            with cancel.active():
+                for chunk in self.voice.synthesize(clause, include_alignments=True):
+                    cancel.check()  # between Piper's sentences too
+                    chunks.append(chunk)
         if not chunks:
             return np.zeros(0, dtype=np.int16), []
         pcm = np.concatenate([c.audio_int16_array for c in chunks]).astype("<i2", copy=False)
@@ -176,23 +195,27 @@ class PiperSynthesizer:
         return pcm, words or estimate_words(clause, pcm, self.sample_rate)
 
     async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
-        clauses = split_clauses(text, first_max_words=self.first_max_words)
+        clauses = bound_clauses(split_clauses(text, first_max_words=self.first_max_words),
+                                self.max_clause_chars)
         pool = self.pool
         pending: Future[tuple[np.ndarray, list[WordTiming]]] | None = None
+        cancel = RenderCancel()
         try:
             for i, clause in enumerate(clauses):
                 if pending is not None:  # its turn has come: jump the queue if not started
-                    job = pool.promote(pending, self._render, clause)
+                    job = pool.promote(pending, self._render, clause, cancel)
                 else:
-                    job = pool.submit(self._render, clause, priority=NOW)
+                    job = pool.submit(self._render, clause, cancel, priority=NOW)
                 pending = None
                 try:
                     pcm, words = await asyncio.wrap_future(job)
+                except RenderCancelled:
+                    return
                 except Exception as exc:
-                    raise SynthesisError(f"Piper failed on {clause!r}: {exc}") from exc
+                    raise SynthesisError(f"Piper failed on {clause[:80]!r}: {exc}") from exc
                 if i + 1 < len(clauses):  # prefetch the next clause while this one plays
                     # (not earlier: the first clause gets the cores to itself)
-                    pending = pool.submit(self._render, clauses[i + 1], priority=LATER)
+                    pending = pool.submit(self._render, clauses[i + 1], cancel, priority=LATER)
                 last = i + 1 == len(clauses)
                 start, end = trim_bounds(
                     pcm,
@@ -203,6 +226,7 @@ class PiperSynthesizer:
                 yield PcmChunk(pcm[start:end].tobytes(), self.sample_rate,
                                _trimmed_words(words, start, end, self.sample_rate))
         finally:
+            cancel.cancel()  # stops the run under way (a job not started never starts one)
             if pending is not None:
                 pending.cancel()
 

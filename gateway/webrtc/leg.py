@@ -138,6 +138,7 @@ class WebRtcLeg:
         if self.udp_mux is not None:  # gather on the worker's shared socket(s)
             aiortc_compat.share_udp_socket(pc, self.udp_mux.get)
         aiortc_compat.tolerate_late_consent(pc)  # a late consent answer still counts
+        aiortc_compat.pace_connectivity_checks(pc, self.options.stun_checks_per_s)
         codecs = aiortc_compat.negotiated_codecs(transceiver)
         opus = answer_codec(codecs, nack=self.options.answer_nack)
         pinned = [opus]
