@@ -85,7 +85,7 @@ def _token(value: str) -> str:
         raise argparse.ArgumentTypeError(
             "an auth token is 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); got "
             + (
-                "an empty or whitespace one (an unset variable?)"
+                "an empty or whitespace one (an unset variable?): refusing to start"
                 if not value.strip()
                 else repr(value)
             )
