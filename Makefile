@@ -10,8 +10,11 @@ AGENT ?= echo
 WORKERS ?= 1
 UDP_PORT ?= 0
 STAMP := $(VENV)/.installed
+# Smart Turn v3.2 (BSD-2-Clause), unpacked from the pinned pipecat-ai wheel (it cannot share the
+# venv): gateway/listen/smart_turn_files.py. Read at run time, never downloaded then.
+SMART_TURN := $(VENV)/share/voice-gateway/smart-turn/smart-turn-v3.2-cpu.onnx
 
-.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
+.PHONY: run test test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench-turns bench bench-load bench-load-designs bench-browser bench-http bench-http-quick browser clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -38,7 +41,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	touch $(STAMP)
 
-run: $(STAMP) $(SWAGGER_UI)
+$(SMART_TURN): $(STAMP) gateway/listen/smart_turn_files.py
+	$(BIN)/python -m gateway.listen.smart_turn_files install
+
+run: $(STAMP) $(SMART_TURN) $(SWAGGER_UI)
 	$(BIN)/python -m gateway --host "$(HOST)" --port "$(PORT)" --ice-hosts "$(ICE_HOSTS)" \
 		--voice "$(VOICE)" --duplex --agent "$(AGENT)" --workers "$(WORKERS)" --udp-port "$(UDP_PORT)"
 
@@ -49,10 +55,10 @@ browser: $(STAMP)
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then .ci/install-browser.sh; \
 	else echo "note: Debian chromium/espeak-ng/redis-server cannot be installed here; their tests will skip"; fi
 
-test: $(STAMP) browser $(SWAGGER_UI)
+test: $(STAMP) $(SMART_TURN) browser $(SWAGGER_UI)
 	$(BIN)/pytest
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(SMART_TURN)
 	$(BIN)/pytest -m "not browser and not voice"
 
 screenshot: $(STAMP) browser  # the README's docs/screenshot.png, retaken
@@ -77,10 +83,13 @@ bench-load: $(STAMP)
 bench-load-designs: $(STAMP)  # the shared UDP socket against one socket per session (issue 16)
 	$(BIN)/python -m bench.load --server designs --ladder 250,500,750,1000
 
-bench-duplex: $(STAMP) browser
+bench-duplex: $(STAMP) $(SMART_TURN) browser
 	$(BIN)/python -m bench.duplex
 
-bench-duplex-quick: $(STAMP) browser
+bench-duplex-quick: $(STAMP) $(SMART_TURN) browser
+
+bench-turns: $(STAMP) $(SMART_TURN)  # end-of-turn detectors: false ends and latency (issue 26)
+	$(BIN)/python -m bench.turns
 	$(BIN)/python -m bench.duplex --quick
 
 bench-http: $(STAMP)

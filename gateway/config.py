@@ -65,6 +65,7 @@ class GatewayConfig:
     agent: str = "echo"
     vad: str = "silero"
     turn_silence_ms: int = 500
+    turn_detector: str = "silence"  # "smart-turn": a semantic end-of-turn model decides
     barge_in_ms: int = 300
     asr_speculate_ms: int = 100  # start the final decode after this much silence (0: off)
     preemptive_reply: bool = True  # prepare the reply on the speculative transcript
@@ -114,6 +115,7 @@ class GatewayConfig:
     def hearing_options(self) -> HearingOptions:
         return HearingOptions(asr=self.asr, agent=self.agent, vad=self.vad,
                               turn_silence_ms=self.turn_silence_ms, barge_in_ms=self.barge_in_ms,
+                              turn_detector=self.turn_detector,
                               asr_speculate_ms=self.asr_speculate_ms,
                               preemptive_reply=self.preemptive_reply)
 
@@ -271,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--turn-silence-ms", type=int,
                    default=int(_env("TURN_SILENCE_MS", str(d.turn_silence_ms)) or 500),
                    help="silence that ends the user's turn [GATEWAY_TURN_SILENCE_MS]")
+    p.add_argument("--turn-detector", choices=("smart-turn", "silence"),
+                   default=_env("TURN_DETECTOR", d.turn_detector),
+                   help="what ends the user's turn: smart-turn (Smart Turn v3.2 judges each "
+                   "pause: a short one ends a finished sentence, an unfinished one waits "
+                   "longer) or silence (--turn-silence-ms alone) [GATEWAY_TURN_DETECTOR]")
     p.add_argument("--barge-in-ms", type=int,
                    default=int(_env("BARGE_IN_MS", str(d.barge_in_ms)) or 300),
                    help="speech over a reply this long cuts it [GATEWAY_BARGE_IN_MS]")
@@ -458,6 +465,7 @@ def parse_config(argv: Sequence[str] | None = None) -> GatewayConfig:
         agent=args.agent,
         vad=args.vad,
         turn_silence_ms=args.turn_silence_ms,
+        turn_detector=args.turn_detector,
         barge_in_ms=args.barge_in_ms,
         asr_speculate_ms=args.asr_speculate_ms,
         preemptive_reply=args.preemptive_reply,

@@ -16,6 +16,10 @@ Rules (defaults near FastRTC / Pipecat / LiveKit, see shared notes "anchors"):
   (no pre-speech audio, so no word is heard twice);
 - ``BargeIn`` once per turn, when the turn holds ``barge_in_ms`` of voiced frames in all
   (counted from the first voiced frame): a 100 ms cough or noise burst never reaches it.
+
+The silence that ends a turn may change while the user is quiet (``stop_frames``, ``end_now``):
+``SemanticEndpointing`` below is that policy when a turn model judges the pause (the listener
+feeds it, listen/listener.py): ``stop_ms`` is then its cap.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 
 from gateway.listen.audio import FRAME_MS, RATE
 
-StopReason = Literal["silence", "max_length", "flush"]
+StopReason = Literal["silence", "semantic", "max_length", "flush"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,8 @@ class TurnDetector:
         self.reset()
 
     def reset(self) -> None:
+        #: unvoiced frames in a row that end the turn now (a policy may lower or raise it)
+        self.stop_frames = self._stop
         self._ring.clear()
         self.state = State.IDLE
         self._index = 0  # frames pushed so far
@@ -206,6 +212,13 @@ class TurnDetector:
             return []
         return self._begin(index)
 
+    def end_now(self, reason: StopReason = "semantic") -> list[TurnEvent]:
+        """End the turn in progress now, if the user is quiet (a policy decided between two
+        frames); nothing if not in speech or the last frame was voiced."""
+        if self.state is not State.SPEAKING or not self._unvoiced:
+            return []
+        return [self._end(reason)]
+
     def flush(self) -> list[TurnEvent]:
         """End the turn in progress now (end of stream); nothing if none."""
         if self.state is not State.SPEAKING:
@@ -235,8 +248,8 @@ class TurnDetector:
             events += self._maybe_barge(index)
         else:
             self._unvoiced += 1
-        if self._unvoiced >= self._stop:
-            events.append(self._end("silence"))
+        if self._unvoiced >= self.stop_frames:
+            events.append(self._end("silence" if self.stop_frames == self._stop else "semantic"))
         elif index + 1 - self._first >= self._max:
             events.append(self._end("max_length"))
             if voiced:  # still talking: carry on in a new segment, no audio heard twice
@@ -265,3 +278,79 @@ class TurnDetector:
         self._unvoiced = 0
         self._voiced = 0
         return stopped
+
+
+# Words a sentence does not end on (English): a pause after one is a hesitation, whatever the
+# model hears. Fillers count: "I want to, um" is not a turn.
+DANGLING = frozenset("""
+a an the and or but so because if than that which who whose whom to of in on at by for from
+with about into onto over under after before between through during without my your his her
+its our their this these those is are was were am be been being will would can could should
+shall may might must do does did have has had not very um uh er erm hmm mm like
+""".split())
+
+
+def dangling(text: str) -> bool:
+    """The text stops on a word no sentence ends on (or trails off with "..." / "-")."""
+    stripped = text.strip()
+    if stripped.endswith(("...", "\u2026", "-", ",")):
+        return True
+    words = stripped.lower().replace("\u2019", "'").split()
+    if not words:
+        return False
+    return words[-1].strip(".,!?;:\"'()") in DANGLING
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticOptions:
+    """``min_silence_ms``: the pause that ends a turn judged complete; ``max_silence_ms``: the
+    pause that ends any turn (the cap); ``probe_ms``: the pause after which the model is asked;
+    ``threshold``: P(complete) at or above which the model says complete; ``use_text``: also
+    wait for the speculative transcript and let it overrule (a dangling last word: not
+    complete; a question mark: complete)."""
+
+    min_silence_ms: int = 200
+    max_silence_ms: int = 1200
+    probe_ms: int = 100
+    threshold: float = 0.5
+    use_text: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.probe_ms <= self.min_silence_ms <= self.max_silence_ms:
+            raise ValueError("need 0 < probe_ms <= min_silence_ms <= max_silence_ms")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError("threshold must be in (0, 1)")
+
+
+class SemanticEndpointing:
+    """One pause's verdicts -> the silence that ends the turn (pure; the listener feeds it).
+
+    A pause starts with no verdict: the turn then ends only at the cap. The model's
+    probability (and, with ``use_text``, the speculative transcript) make it complete -- the
+    turn ends after ``min_silence_ms`` -- or not -- the cap stays. A voiced frame starts a new
+    pause (``new_pause``): earlier verdicts are forgotten.
+    """
+
+    def __init__(self, options: SemanticOptions | None = None) -> None:
+        self.options = options or SemanticOptions()
+        self.new_pause()
+
+    def new_pause(self) -> None:
+        self.probability: float | None = None
+        self.text: str | None = None
+
+    def complete(self) -> bool | None:
+        """True / False once decided, None while a verdict it needs is still coming."""
+        text = self.text
+        if text is not None and text.strip():
+            if dangling(text):
+                return False
+            if text.rstrip().endswith("?"):
+                return True  # the model hears a (synthetic) question's rise as unfinished
+        if self.probability is None or (self.options.use_text and text is None):
+            return None
+        return self.probability >= self.options.threshold
+
+    def stop_ms(self) -> int:
+        o = self.options
+        return o.min_silence_ms if self.complete() else o.max_silence_ms

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -43,7 +44,8 @@ from gateway.listen.listener import (
     TentativeTranscript,
     TranscriptionFailed,
 )
-from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
+from gateway.listen.turn_model import TurnModel, load_turn_model
+from gateway.listen.turns import BargeIn, SemanticOptions, SpeechStarted, SpeechStopped
 from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.session.conversation import Conversation
@@ -218,6 +220,13 @@ class Duplex:
         # the turn now being heard is new: the reply still playing is an earlier turn's
         return any(u.state not in FINAL_STATES for t in self.turns for u in t.utterances)
 
+    def set_turn_detector(self, kind: str, semantic: SemanticOptions | None = None) -> None:
+        """What ends the user's turns from the next pause on: ``smart-turn`` or ``silence``
+        (the Realtime API's ``turn_detection`` ``semantic_vad`` / ``server_vad`` map here)."""
+        if kind not in TURN_DETECTORS:
+            raise ValueError(f"unknown turn detector {kind!r}: use {' or '.join(TURN_DETECTORS)}")
+        self.listener.set_turn_detection(turn_model(kind), semantic)
+
     def barge_in(self) -> None:
         self.barge_ins += 1
         if self._reply is not None and not self._reply.done():
@@ -382,7 +391,14 @@ class Duplex:
         return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
                 "replies_prepared": self.replies_prepared,
                 "replies_prepared_used": self.replies_prepared_used,
-                **self.listener.stats(), "turns": [t.as_json() for t in self.turns]}
+                **self.listener.stats(), **self.listener.turn_stats(),
+                "turns": [t.as_json() for t in self.turns]}
+
+
+@functools.cache
+def turn_model(kind: str) -> TurnModel | None:
+    """The process's model for a turn detector kind (loaded on first use; None: silence)."""
+    return load_turn_model(kind)
 
 
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
@@ -396,6 +412,9 @@ class HearingOptions:
     agent: str = "echo"
     vad: str = "silero"
     turn_silence_ms: int = 500
+    #: "smart-turn": the turn model judges each pause (listen/turn_model.py); "silence":
+    #: turn_silence_ms alone
+    turn_detector: str = "silence"
     barge_in_ms: int = 300
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
@@ -403,6 +422,14 @@ class HearingOptions:
     asr_speculate_ms: int = 100
     #: prepare the reply (agent, first clause's synthesis) on the speculative transcript
     preemptive_reply: bool = True
+
+    def __post_init__(self) -> None:
+        if self.turn_detector not in TURN_DETECTORS:
+            raise ValueError(f"unknown turn detector {self.turn_detector!r}: use "
+                             f"{' or '.join(TURN_DETECTORS)}")
+
+
+TURN_DETECTORS = ("smart-turn", "silence")
 
 
 class DuplexFactory:
@@ -422,8 +449,12 @@ class DuplexFactory:
         load = getattr(self.recognizer, "load", None)
         if load is not None:
             await load()
+        if self.options.turn_detector != "silence":  # loaded once, off the loop
+            await asyncio.to_thread(turn_model, self.options.turn_detector)
 
-    def make(self, conversation: Conversation) -> Duplex:
+    def make(self, conversation: Conversation, turn_detector: str | None = None) -> Duplex:
+        """``turn_detector``: this session's (default: the gateway's); ``Duplex.
+        set_turn_detector`` changes it later."""
         from gateway.listen.turns import TurnOptions
         from gateway.listen.vad import build_vad
 
@@ -436,8 +467,10 @@ class DuplexFactory:
         listener = Listener(self.recognizer, vad=build_vad(self.options.vad), turns=turns,
                             partials=self.options.partials,
                             speculate_ms=self.options.asr_speculate_ms or None)
-        return Duplex(conversation, listener, self.agent, self.voice,
-                      preempt=self.options.preemptive_reply)
+        duplex = Duplex(conversation, listener, self.agent, self.voice,
+                        preempt=self.options.preemptive_reply)
+        duplex.set_turn_detector(turn_detector or self.options.turn_detector)
+        return duplex
 
     async def close(self) -> None:
         await self.recognizer.close()
