@@ -154,6 +154,21 @@ class TurnDetector:
         return self.state is State.SPEAKING
 
     @property
+    def listening(self) -> bool:
+        """Voice is being heard: a start is being counted, or a turn is in progress."""
+        return self.state is not State.IDLE
+
+    @property
+    def voiced_ms(self) -> float:
+        """Voiced time since the first voiced frame of the start or turn in progress (0 idle)."""
+        return 0.0 if self.state is State.IDLE else self._voiced * self.options.frame_ms
+
+    @property
+    def onset(self) -> int | None:
+        """Frame index of the first voiced frame of the start or turn in progress."""
+        return None if self.state is State.IDLE else self._first
+
+    @property
     def started_at(self) -> float | None:
         return self.time(self._first) if self.in_speech else None
 
@@ -303,21 +318,27 @@ def dangling(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class SemanticOptions:
-    """``min_silence_ms``: the pause that ends a turn judged complete; ``max_silence_ms``: the
-    pause that ends any turn (the cap); ``probe_ms``: the pause after which the model is asked;
-    ``threshold``: P(complete) at or above which the model says complete; ``use_text``: also
-    wait for the speculative transcript and let it overrule (a dangling last word: not
-    complete; a question mark: complete)."""
+    """``min_silence_ms``: the pause that ends a turn judged complete; ``unsure_silence_ms``:
+    the pause that ends one the model calls unfinished but whose transcript does not stop on a
+    dangling word (the silence detector's own 500 ms: never cut sooner than it would);
+    ``max_silence_ms``: the pause that ends any turn (the cap: a dangling transcript, or no
+    verdict); ``probe_ms``: the pause after which the model is asked; ``threshold``:
+    P(complete) at or above which the model says complete; ``use_text``: also wait for the
+    speculative transcript, which vetoes a complete verdict when it stops on a dangling
+    word."""
 
     min_silence_ms: int = 200
+    unsure_silence_ms: int = 500
     max_silence_ms: int = 1200
     probe_ms: int = 100
     threshold: float = 0.5
     use_text: bool = True
 
     def __post_init__(self) -> None:
-        if not 0 < self.probe_ms <= self.min_silence_ms <= self.max_silence_ms:
-            raise ValueError("need 0 < probe_ms <= min_silence_ms <= max_silence_ms")
+        if not 0 < self.probe_ms <= self.min_silence_ms <= self.unsure_silence_ms \
+                <= self.max_silence_ms:
+            raise ValueError("need 0 < probe_ms <= min_silence_ms <= unsure_silence_ms "
+                             "<= max_silence_ms")
         if not 0.0 < self.threshold < 1.0:
             raise ValueError("threshold must be in (0, 1)")
 
@@ -325,9 +346,12 @@ class SemanticOptions:
 class SemanticEndpointing:
     """One pause's verdicts -> the silence that ends the turn (pure; the listener feeds it).
 
-    A pause starts with no verdict: the turn then ends only at the cap. The model's
-    probability (and, with ``use_text``, the speculative transcript) make it complete -- the
-    turn ends after ``min_silence_ms`` -- or not -- the cap stays. A voiced frame starts a new
+    The speculative transcript only vetoes: a last word no sentence ends on (``dangling``)
+    keeps the cap. Otherwise the model decides: complete (P >= threshold) -- the turn ends
+    after ``min_silence_ms`` once the transcript agrees (with ``use_text``), after
+    ``unsure_silence_ms`` while it is still coming; not complete -- ``unsure_silence_ms``
+    if the transcript could end there, the cap while it is still coming. No verdict yet: the
+    cap (or ``unsure_silence_ms`` on an acceptable transcript). A voiced frame starts a new
     pause (``new_pause``): earlier verdicts are forgotten.
     """
 
@@ -339,18 +363,17 @@ class SemanticEndpointing:
         self.probability: float | None = None
         self.text: str | None = None
 
-    def complete(self) -> bool | None:
-        """True / False once decided, None while a verdict it needs is still coming."""
-        text = self.text
-        if text is not None and text.strip():
-            if dangling(text):
-                return False
-            if text.rstrip().endswith("?"):
-                return True  # the model hears a (synthetic) question's rise as unfinished
-        if self.probability is None or (self.options.use_text and text is None):
-            return None
-        return self.probability >= self.options.threshold
+    def complete(self) -> bool:
+        """The turn is judged finished (it ends after ``min_silence_ms``)."""
+        return self.stop_ms() == self.options.min_silence_ms
 
     def stop_ms(self) -> int:
         o = self.options
-        return o.min_silence_ms if self.complete() else o.max_silence_ms
+        text = self.text if o.use_text else ""
+        if text is not None and text.strip() and dangling(text):
+            return o.max_silence_ms
+        if self.probability is None:
+            return o.unsure_silence_ms if o.use_text and text else o.max_silence_ms
+        if self.probability >= o.threshold:
+            return o.unsure_silence_ms if text is None else o.min_silence_ms
+        return o.max_silence_ms if text is None or not o.use_text else o.unsure_silence_ms

@@ -126,6 +126,7 @@ async def test_a_complete_verdict_ends_the_turn_after_200_ms_of_silence():
 
 
 async def test_an_incomplete_verdict_waits_for_the_cap():
+    # (no transcript: the model alone; with one that could end there, see test_the_policy)
     listener = make(FakeModel(0.1))
     stopped: list[SpeechStopped] = []
     await push(listener, speech(40) + quiet(59), stopped)
@@ -217,16 +218,23 @@ async def test_with_the_transcript_the_turn_ends_once_both_agree():
 
 def test_the_policy():
     policy = SemanticEndpointing(SemanticOptions(min_silence_ms=200, max_silence_ms=1000))
-    assert policy.complete() is None and policy.stop_ms() == 1000
+    assert policy.stop_ms() == 1000  # nothing known: the cap
     policy.probability = 0.8
-    assert policy.complete() is None  # the transcript is still coming
+    assert policy.stop_ms() == 500  # complete, the transcript still coming: silence's own
     policy.text = "Turn off the lights."
-    assert policy.complete() is True and policy.stop_ms() == 200
+    assert policy.complete() and policy.stop_ms() == 200
     policy.text = "Turn off the"
-    assert policy.complete() is False and policy.stop_ms() == 1000
+    assert not policy.complete() and policy.stop_ms() == 1000  # dangling: the cap
+    policy.probability, policy.text = 0.2, "Turn off the lights."
+    assert policy.stop_ms() == 500  # unsure: never sooner than silence alone
     policy.new_pause()
-    policy.probability, policy.text = 0.2, "Is it raining?"
-    assert policy.complete() is True  # a question is complete whatever the model says
+    policy.probability = 0.2
+    assert policy.stop_ms() == 1000  # unfinished, no transcript yet: wait
+    alone = SemanticEndpointing(SemanticOptions(max_silence_ms=1000, use_text=False))
+    alone.probability = 0.9
+    assert alone.stop_ms() == 200
+    alone.probability = 0.1
+    assert alone.stop_ms() == 1000
     assert dangling("I want to, um") and dangling("so...") and not dangling("Yes.")
     with pytest.raises(ValueError):
         SemanticOptions(min_silence_ms=50, probe_ms=100)
