@@ -24,7 +24,11 @@ RUN_FLAGS := $(if $(HOST),--host "$(HOST)") $(if $(PORT),--port "$(PORT)") \
 CLIENTS_VENV ?= .venv-clients
 CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 
-.PHONY: run test clients test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench bench-load bench-load-designs bench-browser bench-http bench-http-quick debian clean help
+# Smart Turn v3.2 (BSD-2-Clause), unpacked from the pinned pipecat-ai wheel (it cannot share the
+# venv): gateway/listen/smart_turn_files.py. Read at run time, never downloaded then.
+SMART_TURN := $(VENV)/share/voice-gateway/smart-turn/smart-turn-v3.2-cpu.onnx
+
+.PHONY: run test clients test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench-turns bench bench-load bench-load-designs bench-browser bench-http bench-http-quick debian clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -54,12 +58,15 @@ $(CLIENTS_STAMP): tests/clients/requirements.txt
 	$(CLIENTS_VENV)/bin/pip install -r tests/clients/requirements.txt
 	touch $(CLIENTS_STAMP)
 
+$(SMART_TURN): gateway/listen/smart_turn_files.py | $(BIN)/python  # (standard library only)
+	$(BIN)/python gateway/listen/smart_turn_files.py install
+
 clients: $(CLIENTS_STAMP)  # tests/test_elevenlabs_clients.py runs them from here
 
 # The one place make run differs from the bare CLI: full duplex on, so the demo page's microphone
 # button works (`GATEWAY_DUPLEX=0 make run` turns it off).
 run: export GATEWAY_DUPLEX ?= 1
-run: $(RUN_STAMP)
+run: $(RUN_STAMP) $(SMART_TURN)
 	$(BIN)/python -m gateway $(strip $(RUN_FLAGS))
 
 # What the tests need from Debian (chromium, espeak-ng, redis-server, npm, gcc): installed when
@@ -68,12 +75,12 @@ run: $(RUN_STAMP)
 debian:
 	@.ci/install-debian.sh
 
-test: $(TEST_STAMP) debian $(CLIENTS_STAMP)
+test: $(TEST_STAMP) debian $(CLIENTS_STAMP) $(SMART_TURN)
 	$(BIN)/pytest
 
 # The inner loop: unit, NACK, fuzz (a few hundred examples each) and API tests, no browser,
 # no voice model.
-test-fast: $(TEST_STAMP)
+test-fast: $(TEST_STAMP) $(SMART_TURN)
 	$(BIN)/pytest -q -m "not browser and not voice and not asr" tests/unit tests/nack tests/fuzz \
 		tests/test_api.py tests/test_access.py tests/test_layout.py
 
@@ -99,10 +106,13 @@ bench-load: $(TEST_STAMP)
 bench-load-designs: $(TEST_STAMP)  # the shared UDP socket against one socket per session (issue 16)
 	$(BIN)/python -m bench.load --server designs --ladder 250,500,750,1000
 
-bench-duplex: $(TEST_STAMP) debian
+bench-duplex: $(TEST_STAMP) $(SMART_TURN) debian
 	$(BIN)/python -m bench.duplex
 
-bench-duplex-quick: $(TEST_STAMP) debian
+bench-duplex-quick: $(TEST_STAMP) $(SMART_TURN) debian
+
+bench-turns: $(TEST_STAMP) $(SMART_TURN)  # end-of-turn detectors: false ends and latency (issue 26)
+	$(BIN)/python -m bench.turns
 	$(BIN)/python -m bench.duplex --quick
 
 bench-http: $(TEST_STAMP)

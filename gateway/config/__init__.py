@@ -455,6 +455,14 @@ class GatewayConfig:
     turn_silence_ms: int = opt(
         _H("turn_silence_ms"), "silence that ends the user's turn", group=DUPLEX
     )
+    turn_detector: str = opt(
+        _H("turn_detector"),
+        "what ends the user's turn: smart-turn (Smart Turn v3.2 judges each pause: a short one "
+        "ends a finished sentence, an unfinished one waits longer) or silence "
+        "(--turn-silence-ms alone)",
+        choices=("smart-turn", "silence"),
+        group=DUPLEX,
+    )
     barge_in_ms: int = opt(_H("barge_in_ms"), "speech over a reply this long cuts it", group=DUPLEX)
     asr_speculate_ms: int = opt(
         _H("asr_speculate_ms"),

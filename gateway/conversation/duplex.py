@@ -4,11 +4,16 @@ One ``Duplex`` per talking session. ``hear`` takes each 20 ms of the uplink as t
 plays it (24 kHz), resamples it to 16 kHz (libsoxr) and pushes it to the ``Listener`` (VAD and
 turns inline, ~0.1 ms a frame; Whisper on its own bounded pool, off the event loop). A final
 transcript starts the reply: the agent's streamed text is cut into clauses and each clause is
-said as soon as it is complete. When the user talks over a reply for the barge-in minimum (300 ms
-by default: a cough or a "hm" does not cut it) the reply stops at once -- the agent's stream
-(and its upstream request) is closed, the speaker's queue emptied and its synthesis cancelled,
-the utterances end ``interrupted`` -- and the new turn is heard. Every step is an event
-(session/events.py) and every turn keeps its timings (``turns``).
+said as soon as it is complete. Talking over a reply pauses its audio after ``pause_ms`` of voice
+(session/barge_in.py: ``reply_paused``); once the user has talked for the barge-in minimum (300
+ms by default) or said words that are neither fillers nor the reply's own echo, the reply stops
+-- the agent's stream (and its upstream request) is closed, the speaker's queue emptied and its
+synthesis cancelled, the utterances end ``interrupted`` (with what was heard of them,
+session/heard.py) -- and the new turn is heard; if not (a cough, a "hm", the echo) it resumes
+where it paused (``reply_resumed``) and that overlapping turn is not answered. The agent's
+history keeps, of each reply, what the listener heard (``heard_text``), recorded once the reply
+has played or been cut. Every step is an event (session/events.py) and every turn keeps its
+timings (``turns``).
 
 Preemptive reply (``preempt``, on by default; LiveKit Agents calls it preemptive generation):
 the speculative final transcript arrives while the turn's end is still awaited (the user has
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import deque
@@ -34,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from gateway.agent.base import Agent, AgentError, History
+from gateway.conversation.barge_in import PauseGate, words_heard
 from gateway.conversation.conversation import Conversation
 from gateway.listen.listener import (
     SPECULATE_MS,
@@ -44,7 +51,14 @@ from gateway.listen.listener import (
     TentativeTranscript,
     TranscriptionFailed,
 )
-from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOptions
+from gateway.listen.turn_model import TurnModel, load_turn_model
+from gateway.listen.turns import (
+    BargeIn,
+    SemanticOptions,
+    SpeechStarted,
+    SpeechStopped,
+    TurnOptions,
+)
 from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.runtime.defaults import default_of
@@ -88,6 +102,8 @@ class Turn:
     reply: list[str] = field(default_factory=list)
     utterances: list[Utterance] = field(default_factory=list)
     interrupted: bool = False
+    heard_text: str | None = None  # what the listener heard of the reply (once committed)
+    heard_ms: int | None = None
     error: str | None = None
 
     @property
@@ -103,6 +119,7 @@ class Turn:
         return {
             "turn": self.number, "text": self.text, "reply": " ".join(self.reply),
             "utterances": [u.id for u in self.utterances], "interrupted": self.interrupted,
+            "heard_text": self.heard_text, "heard_ms": self.heard_ms,
             "error": self.error, "reply_done": self.replied_at is not None,
             "asr": {"speculative": self.speculative,
                     "decode_ms": ms(0.0, self.asr_decode_s), "wait_ms": ms(0.0, self.asr_wait_s)},
@@ -159,11 +176,17 @@ class Duplex:
         history_turns: int = 20,
         max_turns_kept: int = 32,
         preempt: bool = True,
+        pause_ms: int = 100,
     ) -> None:
         self.conversation = conversation
+        self._gate = PauseGate(pause_ms=pause_ms)
+        self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
+        #: the last pause: (the user's first voiced frame, when the playout was held)
+        self.last_pause: tuple[float, float] | None = None
         self.preempt = preempt
         self._prepared: PreparedReply | None = None
         self._discarding: set[asyncio.Task[None]] = set()  # prepared replies being dropped
+        self._committing: set[asyncio.Task[None]] = set()  # replies playing, to be recorded
         self.replies_prepared = 0  # replies begun on a tentative transcript
         self.replies_prepared_used = 0  # ... that the turn's final confirmed
         self.listener = listener
@@ -200,9 +223,27 @@ class Duplex:
             self.frames_heard += 1
             self._heard_at.append(now)  # when frame ``frames_heard - 1`` was heard
             for event in self.listener.push(pcm[start : start + ASR_FRAME]):
-                if isinstance(event, BargeIn) and self.speaking:
+                if isinstance(event, SpeechStarted) and self.speaking:
+                    self._overlap.add(self.listener.turn)
+                elif isinstance(event, BargeIn) and self.speaking:
                     self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                     self.barge_in()
+            self._gate_frame()
+
+    def _gate_frame(self) -> None:
+        """Pause the reply's playout on the onset of voice over it; resume if it went."""
+        detector = self.listener.detector
+        action = self._gate.on_frame(audible=self.speaking, listening=detector.listening,
+                                     voiced_ms=detector.voiced_ms, onset=detector.onset,
+                                     now=detector.now)
+        if action == "pause":
+            self.conversation.pause()
+            onset = detector.onset or 0
+            self.last_pause = (self._mono(detector.time(onset)), time.monotonic())
+            self.events.publish("reply_paused", turn=self.listener.turn)
+        elif action == "resume":
+            self.conversation.resume()
+            self.events.publish("reply_resumed", turn=self.listener.turn)
 
     def _mono(self, stream_s: float) -> float:
         """When the listener's stream time ``stream_s`` (the end of a 20 ms frame) was heard."""
@@ -220,14 +261,41 @@ class Duplex:
         # the turn now being heard is new: the reply still playing is an earlier turn's
         return any(u.state not in FINAL_STATES for t in self.turns for u in t.utterances)
 
+    def set_turn_detector(self, kind: str, semantic: SemanticOptions | None = None) -> None:
+        """What ends the user's turns from the next pause on: ``smart-turn`` or ``silence``
+        (the Realtime API's ``turn_detection`` ``semantic_vad`` / ``server_vad`` map here)."""
+        if kind not in TURN_DETECTORS:
+            raise ValueError(f"unknown turn detector {kind!r}: use {' or '.join(TURN_DETECTORS)}")
+        self.listener.set_turn_detection(turn_model(kind), semantic)
+
     def barge_in(self) -> None:
+        """Cut the reply (a confirmed barge-in): what was heard of it goes to the history."""
         self.barge_ins += 1
+        self._gate.confirmed()
+        self._overlap.discard(self.listener.turn)  # this turn is the user's: it is answered
         if self._reply is not None and not self._reply.done():
             self._reply.cancel()  # closes the agent's stream and its upstream request
-        for turn in self.turns:
-            if any(u.state not in FINAL_STATES for u in turn.utterances):
-                turn.interrupted = True
+        cut = [turn for turn in self.turns
+               if any(u.state not in FINAL_STATES for u in turn.utterances)]
+        for turn in cut:
+            turn.interrupted = True
         self.conversation.interrupt()  # queue emptied, synthesis cancelled: "interrupted"
+        for turn in cut:
+            self._commit(turn)
+
+    def _commit(self, turn: Turn) -> None:
+        """Record ``turn``'s exchange in the history, its reply as heard (once)."""
+        if turn.heard_text is not None or not turn.text.strip():
+            return
+        heard = [self.conversation.heard(u) for u in turn.utterances]
+        turn.heard_text = " ".join(h.text for h in heard if h.text)
+        turn.heard_ms = sum(h.ms for h in heard)
+        self.history.record(turn.text, turn.heard_text)
+
+    def _reply_text(self) -> str:
+        """The clauses of the replies still being said (what an echo would repeat)."""
+        return " ".join(c for t in self.turns if any(u.state not in FINAL_STATES
+                                                     for u in t.utterances) for c in t.reply)
 
     # -- turns -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -256,10 +324,19 @@ class Duplex:
         elif isinstance(event, PartialTranscript):
             publish("transcript", text=event.text, final=False, turn=event.turn)
         elif isinstance(event, TentativeTranscript):
-            if self.preempt and event.text.strip():
+            if self.preempt and event.text.strip() and event.turn not in self._overlap:
                 self._prepare(event.turn, event.text)
         elif isinstance(event, FinalTranscript):
             turn = self._turn(event.turn)
+            if event.turn in self._overlap:
+                self._overlap.discard(event.turn)
+                if not words_heard(event.text, self._reply_text()):
+                    # a "hm", a cough, the reply's own echo: heard, not answered
+                    publish("transcript", text=event.text, final=True, turn=event.turn,
+                            overlap=True)
+                    return
+                if self.speaking:
+                    self.barge_in()  # words over the reply: a barge-in after all
             publish("transcript", text=event.text, final=True, turn=event.turn)
             prepared, self._prepared = self._prepared, None
             if prepared is not None and (turn is None or not event.text.strip()
@@ -361,9 +438,18 @@ class Duplex:
                 if prerender is not None:
                     prerender.cancel()
         turn.replied_at = time.monotonic()
-        self.history.record(turn.text, " ".join(turn.reply))
         self.events.publish("reply_done", turn=turn.number, text=" ".join(turn.reply),
                             utterances=[u.id for u in turn.utterances])
+        # into the history once heard: played to the end, or cut (then barge_in commits)
+        task = asyncio.get_running_loop().create_task(self._commit_when_played(turn),
+                                                      name="reply-commit")
+        self._committing.add(task)
+        task.add_done_callback(self._committing.discard)
+
+    async def _commit_when_played(self, turn: Turn) -> None:
+        for utterance in turn.utterances:
+            await utterance.finished.wait()
+        self._commit(turn)
 
     async def close(self) -> None:
         self._closed = True
@@ -371,6 +457,8 @@ class Duplex:
         if prepared is not None:
             await prepared.discard()
         await asyncio.gather(*self._discarding)
+        for task in list(self._committing):
+            task.cancel()
         for task in (self._reply, self._task):
             if task is not None:
                 task.cancel()
@@ -382,9 +470,17 @@ class Duplex:
 
     def state(self) -> dict[str, Any]:
         return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
+                "reply_pauses": self._gate.pauses, "reply_resumes": self._gate.resumes,
                 "replies_prepared": self.replies_prepared,
                 "replies_prepared_used": self.replies_prepared_used,
-                **self.listener.stats(), "turns": [t.as_json() for t in self.turns]}
+                **self.listener.stats(), **self.listener.turn_stats(),
+                "turns": [t.as_json() for t in self.turns]}
+
+
+@functools.cache
+def turn_model(kind: str) -> TurnModel | None:
+    """The process's model for a turn detector kind (loaded on first use; None: silence)."""
+    return load_turn_model(kind)
 
 
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
@@ -398,13 +494,26 @@ class HearingOptions:
     agent: str = "echo"
     vad: str = "silero"
     turn_silence_ms: int = default_of(TurnOptions, "stop_ms")
+    #: "smart-turn": the turn model judges each pause (listen/turn_model.py); "silence":
+    #: turn_silence_ms alone
+    turn_detector: str = "silence"
     barge_in_ms: int = default_of(TurnOptions, "barge_in_ms")
+    #: voice over a reply this long pauses it (until confirmed as a barge-in, or resumed)
+    barge_in_pause_ms: int = 100
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
     #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
     asr_speculate_ms: int = SPECULATE_MS
     #: prepare the reply (agent, first clause's synthesis) on the speculative transcript
     preemptive_reply: bool = True
+
+    def __post_init__(self) -> None:
+        if self.turn_detector not in TURN_DETECTORS:
+            raise ValueError(f"unknown turn detector {self.turn_detector!r}: use "
+                             f"{' or '.join(TURN_DETECTORS)}")
+
+
+TURN_DETECTORS = ("smart-turn", "silence")
 
 
 class DuplexFactory:
@@ -424,8 +533,12 @@ class DuplexFactory:
         load = getattr(self.recognizer, "load", None)
         if load is not None:
             await load()
+        if self.options.turn_detector != "silence":  # loaded once, off the loop
+            await asyncio.to_thread(turn_model, self.options.turn_detector)
 
-    def make(self, conversation: Conversation) -> Duplex:
+    def make(self, conversation: Conversation, turn_detector: str | None = None) -> Duplex:
+        """``turn_detector``: this session's (default: the gateway's); ``Duplex.
+        set_turn_detector`` changes it later."""
         from gateway.listen.vad import build_vad
 
         # The speculation decodes the segment as it would end, post-speech pad included: a
@@ -437,8 +550,11 @@ class DuplexFactory:
         listener = Listener(self.recognizer, vad=build_vad(self.options.vad), turns=turns,
                             partials=self.options.partials,
                             speculate_ms=self.options.asr_speculate_ms or None)
-        return Duplex(conversation, listener, self.agent, self.voice,
-                      preempt=self.options.preemptive_reply)
+        duplex = Duplex(conversation, listener, self.agent, self.voice,
+                        preempt=self.options.preemptive_reply,
+                        pause_ms=self.options.barge_in_pause_ms)
+        duplex.set_turn_detector(turn_detector or self.options.turn_detector)
+        return duplex
 
     async def close(self) -> None:
         await self.recognizer.close()

@@ -109,6 +109,14 @@ class FrameFanout:
                     port.dropped += count - taken
                     delivery.skip(count - taken)
 
+    def hold(self, held: bool) -> None:
+        """Pause (True) or resume (False) every sink's playout, frames kept (FrameQueue.hold)."""
+        for port in self._ports.values():
+            if held:
+                port.queue.hold()
+            else:
+                port.queue.release()
+
     def clear(self) -> list[FrameOwner]:
         """Drop every sink's queued frames at once (barge-in); returns their distinct owners."""
         owners: list[FrameOwner] = []

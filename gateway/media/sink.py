@@ -4,7 +4,8 @@ A leg (the WebRTC leg, an HTTP stream, a channel listener) attaches to a convers
 with a bounded queue and a policy, and tells the conversation how far behind its sends the
 listener plays (``listener_delay_s``). From that and a delivery's send times, ``played_ms`` says
 how much of an utterance the listener has *played* -- what barge-in truncation, word events and
-"what was heard" in the agent's history all use, so they agree.
+"what was heard" in the agent's history all use (gateway.conversation.heard maps it to words),
+so they agree.
 
 - WebRTC: frames are paced in real time; a frame is heard RTT/2 (from RTCP) plus the receiver's
   playout delay after it is sent. RTCP carries no playout delay, so that is an allowance
@@ -25,6 +26,7 @@ from typing import Protocol
 
 FRAME_S = 0.020
 DEFAULT_PLAYOUT_ALLOWANCE_S = 0.060
+PLAYOUT_ALLOWANCE_MS = DEFAULT_PLAYOUT_ALLOWANCE_S * 1000
 
 
 class SentFrames(Protocol):
@@ -51,7 +53,7 @@ class AudioSink(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Heard:
+class Played:
     """How much of an utterance one listener has played, at one moment."""
 
     played_ms: float
@@ -76,9 +78,9 @@ def played_ms(sent: SentFrames, delay_s: float, now: float) -> float:
     return max(0.0, min(by_clock, by_sends, sent.frames * FRAME_S)) * 1000.0
 
 
-def heard(sent: SentFrames, sink: AudioSink, now: float) -> Heard | None:
+def played(sent: SentFrames, sink: AudioSink, now: float) -> Played | None:
     """``sent``'s played position at ``sink``'s listener, or ``None`` where it is unknown."""
     delay = sink.listener_delay_s()
     if delay is None:
         return None
-    return Heard(played_ms(sent, delay, now), sent.frames * FRAME_S * 1000.0, exact=False)
+    return Played(played_ms(sent, delay, now), sent.frames * FRAME_S * 1000.0, exact=False)

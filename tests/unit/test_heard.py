@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gateway.media.sink import FRAME_S, heard, played_ms
+from gateway.media.sink import FRAME_S, played, played_ms
 
 
 @dataclass
@@ -54,11 +54,11 @@ def test_a_send_pause_holds_the_playout_back():
 
 
 def test_unknown_delay_claims_nothing():
-    assert heard(paced(10), Sink(None), 100.0) is None
+    assert played(paced(10), Sink(None), 100.0) is None
 
 
 def test_heard_reports_sent_and_played():
-    h = heard(paced(50), Sink(0.0), 10.0 + 0.5)
+    h = played(paced(50), Sink(0.0), 10.0 + 0.5)
     assert h is not None and not h.exact
     assert h.played_ms == pytest.approx(500.0)
     assert h.sent_ms == pytest.approx(1000.0)
