@@ -103,14 +103,14 @@ class Conversation:
         return cut
 
     def heard(self, utterance: Utterance, text: str | None = None) -> Heard:
-        """How much of ``utterance`` (saying ``text``: default, what it was said with, known
-        until it has finished) the listener heard -- as of its cut, if it was cut."""
+        """How much of ``utterance`` (saying ``text``: default, what it was said with) the
+        listener heard -- as of its cut, if it was cut."""
         cached = self._heard.get(utterance)
         if cached is not None:
             return cached
         now = time.monotonic()
-        return heard(utterance, self._texts.get(utterance, "") if text is None else text, now,
-                     self.played_ms(utterance, now))
+        said = self._texts.get(utterance, utterance.text) if text is None else text
+        return heard(utterance, said, now, self.played_ms(utterance, now))
 
     def _on_utterance(self, utterance: Utterance, state: UtteranceState) -> None:
         self.events.publish("utterance", id=utterance.id, state=state.value)

@@ -77,7 +77,10 @@ def test_lower_options_take_every_setting_of_their_name(cls):
     shared = [f for f in dataclasses.fields(cls) if f.name in names]
     assert shared
     changes = {}
+    choices = {f.name for f in settings(GatewayConfig) if f.metadata["opt"].choices is not None}
     for f in shared:
+        if f.name in choices:
+            continue  # a value outside its choices would be refused
         default = getattr(GatewayConfig(), f.name)
         if isinstance(default, bool):
             changes[f.name] = not default
@@ -85,7 +88,7 @@ def test_lower_options_take_every_setting_of_their_name(cls):
             changes[f.name] = 1 if default != 1 else 0
         elif isinstance(default, (int, float)):
             changes[f.name] = default + 1
-        elif isinstance(default, str) and f.name not in ("send_path", "idle_packets"):
+        elif isinstance(default, str):
             changes[f.name] = default + "-x"
     config = dataclasses.replace(GatewayConfig(), **changes)
     made = config.session_options() if cls is SessionOptions else config.hearing_options()
