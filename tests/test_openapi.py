@@ -56,7 +56,7 @@ async def test_schemathesis_finds_nothing_against_the_live_server():
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
          "--ice-hosts", "127.0.0.1", "--voice", "tone:440?seconds=0.1", "--log-level",
-         "WARNING", "--max-text-chars", "500"],
+         "WARNING", "--max-text-chars", "500", "--max-channels", "256"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
