@@ -33,7 +33,7 @@ import numpy as np
 from bench import procstats
 from bench.common import free_port, wait_healthy, write_results
 from bench.load import tail
-from gateway.stream.frame_records import FrameRecord, FrameRecordParser
+from gateway.http.frame_records import FrameRecord, FrameRecordParser
 
 REPO = Path(__file__).resolve().parent.parent
 FRAME_S = 0.02

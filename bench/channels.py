@@ -38,7 +38,7 @@ from bench import procstats
 from bench.cluster import free_range, wait_workers
 from bench.common import free_port, wait_healthy, write_results
 from bench.load import pinned, tail
-from gateway.stream.frame_records import FrameRecord, FrameRecordParser
+from gateway.http.frame_records import FrameRecord, FrameRecordParser
 
 REPO = Path(__file__).resolve().parent.parent
 VOICE = "tone:440?seconds=120"  # one utterance outlasts every window

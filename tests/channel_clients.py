@@ -16,8 +16,8 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
 from gateway.client.ogg_reader import OggOpusReader
+from gateway.http.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 from gateway.media.opus_codec import silence_packet
-from gateway.stream.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 
 SILENCE = silence_packet()
 

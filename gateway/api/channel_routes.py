@@ -19,22 +19,24 @@ from aiohttp import web
 
 from gateway.api.access import grant_of, require
 from gateway.api.channel_models import ChannelCreate
-from gateway.api.chunked_writer import ChunkedBodyWriter
 from gateway.api.errors import ApiError
 from gateway.api.models import SpeechCreate, parse
 from gateway.api.routes import (
     BASE_URL,
+    CANDIDATES,
     JSON,
     SDP,
     _json_body,
     _require_type,
     arrived_at,
     body_text,
+    checked_offer,
     checked_text,
     ice_server_links,
     patch_webrtc_leg,
     voice_named,
 )
+from gateway.api.sdp_limits import SdpLimitExceeded
 from gateway.api.speech_http import SEND_BUFFER_BYTES
 from gateway.channels.broadcast import Broadcast
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
@@ -46,11 +48,12 @@ from gateway.channels.registry import (
     InvalidChannelName,
 )
 from gateway.channels.whep_listener import WhepListener
-from gateway.session.sdp_policy import SdpRejected
+from gateway.http import formatters
+from gateway.http.chunked_writer import ChunkedBodyWriter
+from gateway.http.openai_speech import MEDIA_TYPES
+from gateway.http.transcode import UnsupportedFormat
 from gateway.speech.speaker import SpeechQueueFull
-from gateway.stream import formatters
-from gateway.stream.openai_speech import MEDIA_TYPES
-from gateway.stream.transcode import UnsupportedFormat
+from gateway.webrtc.sdp_policy import SdpRejected
 
 CHANNELS = web.AppKey("channels", ChannelRegistry)
 LISTEN_FORMATS = ("opus", "pcm", "wav", "frames")
@@ -189,10 +192,13 @@ async def channel_whep(request: web.Request) -> web.Response:
     listener's resource; it hears the channel from the next aired frame."""
     _require_type(request, SDP)
     channel = await _listenable(request)
-    offer = await body_text(request)
+    offer, candidates = checked_offer(request, await body_text(request))
     registry = request.app[CHANNELS]
     try:
         listener, answer = await registry.add_whep(channel, offer)
+        request.app[CANDIDATES].charge(listener.leg, candidates)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, "sdp_limit", f"{exc.limit}: {exc.message}") from exc
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except ChannelFull as exc:

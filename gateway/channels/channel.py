@@ -18,9 +18,9 @@ from gateway.channels.air import Air
 from gateway.channels.broadcast import Broadcast, ChannelClosed, ChannelFull
 from gateway.channels.events import ChannelEvents
 from gateway.channels.listener import DEFAULT_LAG, LagPolicy
+from gateway.conversation.conversation import Conversation
 from gateway.media.fanout import SinkPolicy
 from gateway.media.opus_codec import EncoderSettings, silence_packet
-from gateway.session.conversation import Conversation
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
 from gateway.speech.utterance import FINAL_STATES, Utterance, UtteranceState

@@ -8,7 +8,7 @@ Event types: ``utterance`` ``{id, state}`` and ``interrupted`` (the conversation
 
 from __future__ import annotations
 
-from gateway.session.events import EventBus
+from gateway.conversation.events import EventBus
 
 
 class ChannelEvents(EventBus):

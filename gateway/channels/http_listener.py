@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from gateway.channels.listener import DEFAULT_LAG, LagPolicy, Listener
-from gateway.stream.formatters import FrameFormatter
+from gateway.http.formatters import FrameFormatter
 
 Write = Callable[[bytes], Awaitable[None]]
 WriteNow = Callable[[bytes], bool]

@@ -31,8 +31,8 @@ from gateway.channels.air import Air
 from gateway.channels.broadcast import Broadcast
 from gateway.channels.events import ChannelEvents
 from gateway.channels.listener import LagPolicy, Listener
+from gateway.http.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 from gateway.media.opus_codec import silence_packet
-from gateway.stream.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 
 log = logging.getLogger(__name__)
 

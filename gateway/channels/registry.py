@@ -22,8 +22,8 @@ from gateway.channels.locator import ChannelLocator, LocatorUnavailable
 from gateway.channels.metrics import CHANNEL_METRICS
 from gateway.channels.mirror import Mirror
 from gateway.channels.whep_listener import WhepListener
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
-from gateway.session.options import SessionOptions
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts.base import Synthesizer
 

@@ -18,11 +18,11 @@ from typing import Any
 from aiortc import RTCConfiguration
 
 from gateway.channels.listener import LagPolicy, Listener
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
 from gateway.runtime.metrics import METRICS
-from gateway.session.options import SessionOptions
-from gateway.session.sdp_policy import inspect_offer
-from gateway.session.webrtc_leg import WebRtcLeg
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import inspect_offer
 
 
 class WhepListener(Listener):

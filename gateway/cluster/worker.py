@@ -28,8 +28,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.api.access import RATE_STORE
 from gateway.api.channel_routes import CHANNELS
 from gateway.api.errors import Handler
+from gateway.api.rate_store import SharedFileBuckets, shared_path
 from gateway.api.routes import BASE_URL, HEALTH_EXTRA, REGISTRY
 from gateway.channels.locator import LocatorUnavailable
 from gateway.cluster.channel_locator import RedisChannelLocator
@@ -65,6 +67,8 @@ def attach_worker(app: web.Application, config: GatewayConfig) -> WorkerAgent | 
     identity = WorkerIdentity.from_env()
     if identity is None:
         return None
+    if not config.redis_url:  # the node's workers share their rate limits (api/rate_store.py)
+        app[RATE_STORE] = SharedFileBuckets(shared_path(identity.supervisor_pid))
     return WorkerAgent(app, config, identity)
 
 

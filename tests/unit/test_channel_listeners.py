@@ -7,7 +7,7 @@ import asyncio
 
 from gateway.channels.http_listener import HttpListener
 from gateway.channels.listener import LagPolicy, Listener
-from gateway.stream.formatters import FrameFormatter
+from gateway.http.formatters import FrameFormatter
 
 
 class Plain(FrameFormatter):
