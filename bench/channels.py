@@ -9,7 +9,13 @@ streams, read in this process). Reported per mode: the server's CPU % and CPU pe
 the ratio channel / sessions (target <= 0.8), on-time share (WHEP, within 5 ms; target >= 99.5 %),
 the HTTP readers' frames per second and longest gap, and the load generator's own CPU.
 
+``--relay N``: a supervisor with two workers and a real ``redis-server``; the channel lives on
+worker 0, N HTTP listeners on each worker: worker 1 hears it through its mirror (one link).
+Reported: each worker's CPU with its N listeners, and worker 1's with the link alone (its
+floor, measured first) -- the relay's CPU per worker.
+
     python -m bench.channels --listeners 50,100 --window 6
+    python -m bench.channels --listeners 0 --relay 100
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 import aiohttp
 
 from bench import procstats
+from bench.cluster import free_range, wait_workers
 from bench.common import free_port, wait_healthy, write_results
 from bench.load import pinned, tail
 from gateway.http.frame_records import FrameRecord, FrameRecordParser
@@ -169,11 +176,86 @@ def _ratio(channel: dict[str, Any], sessions: dict[str, Any]) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
+async def _reader_task(http: aiohttp.ClientSession, url: str, reader: _Reader) -> None:
+    async with http.get(f"{url}/v1/channels/bench/listen?format=frames") as response:
+        assert response.status == 200, await response.text()
+        await reader.read(response)
+
+
+async def relay_mode(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    redis_port, port = free_port(), free_range(3)
+    redis = subprocess.Popen(["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp / "relay.log"
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--port", str(port), "--workers", "2",
+             "--ice-hosts", "127.0.0.1", "--log-level", "WARNING", "--voice", VOICE,
+             "--redis-url", f"redis://127.0.0.1:{redis_port}/0",
+             "--channel-max-listeners", str(max(1000, n + 50))],
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        workers = sorted(await wait_workers(f"http://127.0.0.1:{port}", server, log, 2),
+                         key=lambda w: w["name"])
+        urls, pids = [w["url"] for w in workers], [int(w["pid"]) for w in workers]
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        async with aiohttp.ClientSession(timeout=timeout,
+                                         connector=aiohttp.TCPConnector(limit=0)) as http:
+            async with http.post(f"{urls[0]}/v1/channels", json={"name": "bench"}) as r:
+                assert r.status == 201, await r.text()
+            async with http.post(f"{urls[0]}/v1/channels/bench/speech",
+                                 json={"text": "a long broadcast"}) as r:
+                assert r.status == 202
+
+            async def window() -> list[float]:
+                before = [procstats.cpu_sample(pid) for pid in pids]
+                await asyncio.sleep(args.window)
+                return [round(procstats.cpu_percent(b, procstats.cpu_sample(pid)), 1)
+                        for b, pid in zip(before, pids, strict=True)]
+
+            first = _Reader()  # one listener on worker 1: its mirror and link exist
+            tasks = [asyncio.ensure_future(_reader_task(http, urls[1], first))]
+            await asyncio.sleep(2.0)
+            floor = await window()
+            readers = [[_Reader() for _ in range(n)] for _ in urls]
+            for url, group in zip(urls, readers, strict=True):
+                tasks += [asyncio.ensure_future(_reader_task(http, url, r)) for r in group]
+            await asyncio.sleep(3.0)
+            t0 = time.monotonic()
+            loaded = await window()
+            t1 = time.monotonic()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        gaps = [[r.window(t0, t1)[1] for r in group] for group in readers]
+        return {"listeners_per_worker": n,
+                "origin_cpu_pct": loaded[0], "mirror_cpu_pct": loaded[1],
+                "mirror_cpu_pct_link_only": floor[1], "origin_cpu_pct_one_link": floor[0],
+                "origin_cpu_pct_per_listener": round(loaded[0] / n, 3) if n else None,
+                "mirror_cpu_pct_per_listener": round((loaded[1] - floor[1]) / n, 3)
+                if n else None,
+                "max_gap_ms": [round(max(g) * 1000, 1) for g in gaps]}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:300], "log": tail(log, 600)}
+    finally:
+        server.terminate()
+        try:
+            server.wait(40)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        redis.kill()
+        redis.wait(10)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
+    relay: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as raw:
         tmp = Path(raw)
-        for n in args.listeners:
+        if args.relay:
+            relay = await relay_mode(args.relay, args, tmp)
+        for n in [n for n in args.listeners if n > 0]:
             row: dict[str, Any] = {"listeners": n}
             for transport in args.transports:
                 mode = whep_mode if transport == "whep" else http_mode
@@ -182,7 +264,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 row[transport] = {"channel": chan, "sessions": sess,
                                   "cpu_ratio": _ratio(chan, sess)}
             rows.append(row)
-    return {"window_s": args.window, "server_cpu": args.server_cpu,
+    return {"relay": relay, "window_s": args.window, "server_cpu": args.server_cpu,
             "loadgen_cpu": args.loadgen_cpu, "targets": {
                 "cpu_ratio_max": TARGET_RATIO, "whep_on_time_min": TARGET_ON_TIME},
             "rows": rows}
@@ -220,6 +302,8 @@ def main(argv: list[str] | None = None) -> None:
                         default=[50, 100])
     parser.add_argument("--transports", type=lambda s: s.split(","), default=["whep", "http"])
     parser.add_argument("--window", type=float, default=6.0)
+    parser.add_argument("--relay", type=int, default=0, metavar="N",
+                        help="also the two-worker relay run, N HTTP listeners per worker")
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--loadgen-cpu", type=int, default=1)
     parser.add_argument("--out", default="channels")
@@ -227,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
     result = asyncio.run(run(args))
     path = write_results(args.out, result)
     print(table(result))
+    if result["relay"] is not None:
+        print("relay:", json.dumps(result["relay"]))
     print(f"results: {path}")
 
 

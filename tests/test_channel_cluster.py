@@ -127,3 +127,43 @@ async def test_the_channels_worker_dying_ends_its_listeners_elsewhere(nodes):
         with contextlib.suppress(aiohttp.ClientError):
             async with http.delete(f"{_worker_url(b, 0)}/v1/channels/doomed") as r:
                 assert r.status == 204
+
+
+async def test_a_listeners_worker_dying_loses_only_its_listeners(nodes):
+    a, b, _ = nodes
+    # wait for the worker killed by the previous test to be back
+    a.wait(cluster_of(2), timeout=60, what="whole again")
+    b.wait(cluster_of(2), timeout=60, what="whole again")
+    origin = _worker_url(a, 0)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{origin}/v1/channels",
+                             json={"name": "steady", "voice": "long"}) as r:
+            assert r.status == 201, await r.text()
+        survivors = [HttpListener(url, "steady", http) for url in (origin, _worker_url(b, 1))]
+        doomed = HttpListener(_worker_url(b, 0), "steady", http)
+        for listener in (*survivors, doomed):
+            listener.start()
+        await asyncio.gather(*(h.started.wait() for h in (*survivors, doomed)))
+        async with http.post(f"{origin}/v1/channels/steady/speech", json={"text": "x"}) as r:
+            assert r.status == 202
+        deadline = time.monotonic() + 10
+        while any(len(h.heard.speech()) < 20 for h in (*survivors, doomed)):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        links_before = (await (await http.get(f"{origin}/v1/channels/steady")).json())
+        pid = {w["name"]: w for w in b.health()["workers"]}["w0"]["pid"]
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(3.0)
+        for listener in survivors:  # the others hear on, without a gap
+            assert listener.heard.max_gap_s(killed_at - 0.5, killed_at + 3.0) < 1.0
+            assert listener.task is not None and not listener.task.done()
+        async with http.get(f"{origin}/v1/channels/steady") as r:
+            after = await r.json()
+        # the origin lost the dead worker's link, nothing else
+        assert after["listeners"]["http"] == links_before["listeners"]["http"] - 1
+        async with http.delete(f"{origin}/v1/channels/steady") as r:
+            assert r.status == 204
+        for listener in survivors:
+            await listener.wait(10)
+        await doomed.stop()

@@ -288,3 +288,38 @@ async def test_pcm_and_wav_listeners_get_the_air_decoded_once(gateway):
     # live: ≈1.8 s of 24 kHz s16le each (the keep-alive silence too), not a burst
     assert 1.2 * 48_000 < len(chunks["pcm"]) < 2.6 * 48_000
     assert state["air"]["decoded"] <= state["air"]["ticks"]  # once per frame, not per listener
+
+
+async def test_deleting_a_channel_leaves_no_task_behind(gateway):
+    gw = gateway
+    await asyncio.sleep(0.2)
+    before = {t for t in asyncio.all_tasks() if not t.done()}
+    await _create(gw, "tasks", voice="long")
+    whep = WhepListener(gw.url, "tasks", gw.http)
+    await whep.connect()
+    http = HttpListener(gw.url, "tasks", gw.http, "pcm")
+    http.start()
+    await http.started.wait()
+    events = EventReader(gw.url, "tasks", gw.http)
+    await events.started.wait()
+    await _say(gw, "tasks")
+    await asyncio.sleep(0.5)
+    await _delete(gw, "tasks")
+    await http.wait(5)
+    await asyncio.wait_for(events.task, 5)
+    await asyncio.wait_for(whep.ended.wait(), 5)
+    await whep.close()
+
+    def extra() -> list[str]:
+        # aiohttp's RequestHandler.start: the server side of the client's kept-alive
+        # connections (the pool of gw.http), not the channel's
+        return sorted(t.get_name() + ":" + repr(t.get_coro())[:60]
+                      for t in asyncio.all_tasks() - before
+                      if not t.done() and t is not asyncio.current_task()
+                      and "RequestHandler.start" not in repr(t.get_coro()))
+
+    for _ in range(40):
+        if not extra():
+            break
+        await asyncio.sleep(0.1)
+    assert extra() == []

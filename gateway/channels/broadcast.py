@@ -41,6 +41,7 @@ class Broadcast:
         self.created_at = time.monotonic()
         self._listeners: dict[str, Listener] = {}
         self.joined_total = 0
+        self.dropped_total = 0  # frames lost by listeners that have left
         self.left_reasons: Counter[str] = Counter()
         self.close_reason: str | None = None
         self.closed = asyncio.Event()
@@ -64,6 +65,7 @@ class Broadcast:
         if self._listeners.pop(listener.id, None) is None:
             return
         reason = listener.close_reason or "closed"
+        self.dropped_total += listener.dropped
         self.left_reasons[reason.split(":", 1)[0]] += 1
         self.events.publish("listener_left", id=listener.id, transport=listener.transport,
                             reason=reason, listeners=len(self._listeners))

@@ -86,8 +86,10 @@ class HttpListener(Listener):
             await write(data)
 
     def after_tick(self, tick: int) -> None:
-        if self._writing or self._wake is None or (tick + self._phase) % self.write_frames:
-            return
+        wake = self._wake
+        if (self._writing or wake is None or wake.done()  # the task has a chunk to write
+                or (tick + self._phase) % self.write_frames):
+            return  # (a chunk written now would overtake it)
         queue = self.queue
         now = time.monotonic()
         parts: list[bytes] = []
@@ -107,9 +109,7 @@ class HttpListener(Listener):
             self.ticked_writes += 1
             self.bytes += len(data)
             return
-        wake = self._wake
-        if wake is not None and not wake.done():
-            wake.set_result(data)  # the task writes it, waiting for the reader
+        wake.set_result(data)  # the task writes it, waiting for the reader
 
     def _end(self, reason: str) -> None:
         if reason.startswith("too_slow"):

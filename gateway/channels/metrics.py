@@ -43,7 +43,8 @@ def channel_counts(channel: Broadcast) -> dict[str, int]:
         "frames_aired": stats.speech_frames,
         "frames_delivered": stats.deliveries,
         "frames_decoded": stats.decoded,
-        "listener_drops": sum(listener.dropped for listener in channel.listeners),
+        "listener_drops": channel.dropped_total + sum(
+            listener.dropped for listener in channel.listeners),
         "listeners_joined": channel.joined_total,
     }
 
