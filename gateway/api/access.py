@@ -20,7 +20,8 @@ from aiohttp import web
 
 from gateway.api.errors import ApiError, Handler
 
-OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
+OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices",
+                 "/v1/elevenlabs/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
