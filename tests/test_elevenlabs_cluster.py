@@ -23,7 +23,7 @@ LOOPBACK = "127.0.0.1"
 @pytest.fixture
 def supervisor(tmp_path):
     port = free_port()
-    log = open(tmp_path / "node.log", "wb")  # noqa: SIM115 (closed below)
+    log = open(tmp_path / "node.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--host", LOOPBACK, "--port", str(port),
          "--workers", "2", "--ice-hosts", LOOPBACK, "--voice", "tone:440?seconds=1",

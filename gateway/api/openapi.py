@@ -106,7 +106,9 @@ def _elevenlabs_ops() -> tuple[Op, ...]:
     ws = (fmt, ("inactivity_timeout", "seconds without a message before the socket closes",
                 {"type": "number", "exclusiveMinimum": 0}),
           ("model_id", "any", {"type": "string"}), ("auto_mode", "accepted", {"type": "string"}),
-          ("sync_alignment", "accepted", {"type": "string"}))
+          ("sync_alignment", "accepted", {"type": "string"}),
+          ("first_words", "ours: the first clause goes once this many words are complete",
+           {"type": "integer", "minimum": 0, "maximum": 10}))
     ops: list[Op] = []
     for prefix in EL_PREFIXES:
         base = f"{prefix}/text-to-speech/{{voice_id}}"

@@ -4,7 +4,9 @@
 ``/multi-stream-input`` (``context_id`` on every message, several contexts interleaved on one
 socket), with the query ``model_id`` (any), ``output_format`` (``formats.py``), ``auto_mode``,
 ``sync_alignment``, ``inactivity_timeout`` (seconds the socket stays open with no message;
-default 20, at most ``MAX_INACTIVITY_S``) and the rest of theirs accepted. Client messages:
+default 20, at most ``MAX_INACTIVITY_S``) and the rest of theirs accepted; ours:
+``first_words`` (0..10, default ``EAGER_FIRST_WORDS``: a context's first clause goes once that
+many words are complete; 0: the segmenter's usual first cut). Client messages:
 
 - ``{"text": " ", "voice_settings": ..., "context_id"}``: a context's first message (the
   settings, ``generation_config``, ``xi_api_key`` and unknown fields are accepted and ignored);
@@ -35,7 +37,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from gateway.elevenlabs.context import ContextError, SpeechContext
+from gateway.elevenlabs.context import EAGER_FIRST_WORDS, ContextError, SpeechContext
 from gateway.elevenlabs.formats import OutputFormat
 from gateway.tts.base import Synthesizer
 
@@ -51,6 +53,7 @@ class SocketLimits:
     max_text_chars: int = 100_000  # per context
     max_contexts: int = 8  # open at once, per socket
     heartbeat_s: float = 30.0
+    first_words: int = EAGER_FIRST_WORDS  # the query's first_words (our extension) overrides
 
 
 @dataclass
@@ -125,7 +128,7 @@ class ContextSocket:
                     "close one (close_context) before opening another")
             context = SpeechContext(context_id if self.multi else None, self.voice,
                                     self.format, self.send, self.limits.max_text_chars,
-                                    self._done)
+                                    self._done, self.limits.first_words)
             self.contexts[context_id] = context
             self.stats.contexts.add(context)
             self.stats.peak_contexts = max(self.stats.peak_contexts, len(self.contexts))

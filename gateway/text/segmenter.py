@@ -17,6 +17,8 @@ The cuts:
   ``! ? , ; :``, the enumeration comma) breaks at once;
 - the first clause is kept short (it decides first-audio latency): a first sentence longer than
   ``first_max_words`` words is cut after ``max(min_words, first_max_words // 2 + 1)`` of them;
+  with ``eager_first_words`` (streamed text, where the next words are still being written) it
+  is cut as soon as that many words are complete, without waiting to see how long it runs;
 - later clauses shorter than ``min_words`` words that do not end a sentence are merged with the
   next, so no piece is tiny;
 - no clause is ever longer than ``max_chars`` characters: text without punctuation is cut at the
@@ -63,12 +65,14 @@ class Segmenter:
     """``feed`` pieces of text, get back the clauses they complete; ``flush``; ``end``."""
 
     def __init__(self, first_max_words: int = FIRST_MAX_WORDS, min_words: int = MIN_WORDS,
-                 max_chars: int = MAX_CLAUSE_CHARS) -> None:
-        if max_chars < 2 or min_words < 1 or first_max_words < 1:
-            raise ValueError("max_chars must be >= 2, min_words and first_max_words >= 1")
+                 max_chars: int = MAX_CLAUSE_CHARS, eager_first_words: int = 0) -> None:
+        if max_chars < 2 or min_words < 1 or first_max_words < 1 or eager_first_words < 0:
+            raise ValueError("max_chars must be >= 2, min_words and first_max_words >= 1, "
+                             "eager_first_words >= 0")
         self.first_max_words = first_max_words
         self.min_words = min_words
         self.max_chars = max_chars
+        self.eager_first_words = eager_first_words
         self._reset()
 
     def _reset(self) -> None:
@@ -113,6 +117,9 @@ class Segmenter:
                 return
             if self._ends_at_break():
                 self._close_piece()
+            elif (self.eager_first_words and not self._index and not self._first_cut
+                  and self._words >= self.eager_first_words):
+                self._emit_eager_first()
             else:
                 self._space = True
             return
@@ -158,6 +165,12 @@ class Segmenter:
         self._cur = list(rest)
         self._cur_len = len(rest)
         self._words -= keep
+
+    def _emit_eager_first(self) -> None:
+        """Streamed text: the first words go as soon as they are complete (the rest of the
+        sentence follows as a clause of its own)."""
+        self._emit("".join(self._cur))
+        self._cur, self._cur_len, self._words = [], 0, 0
 
     def _bound(self) -> None:
         if self._held is not None and len(self._held) + 1 + self._cur_len > self.max_chars:
