@@ -321,7 +321,8 @@ async def get_utterance(request: web.Request) -> web.Response:
             finally:
                 closed.cancel()
                 finished.cancel()
-    return web.json_response(utterance.as_json())
+    return web.json_response({**utterance.as_json(), "words": [
+        {"word": w.word, "start_ms": w.start_ms, "end_ms": w.end_ms} for w in utterance.words]})
 
 
 @routes.get("/v1/sessions/{session_id}/events")
