@@ -285,7 +285,7 @@ class Speaker:
                 prerendered.cancel()
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
-        if self.cache is not None:
+        if self.cache is not None and getattr(voice, "cacheable", True):
             key = self._cache_key(voice, utterance.text, utterance.instructions)
             phrase = self.cache.get(key)
             if phrase is not None:
