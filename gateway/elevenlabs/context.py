@@ -145,7 +145,7 @@ class SpeechContext:
                 finally:
                     self._speaking.cancel()
                     self._current = 0
-            tail = self._speaker.finish()
+            tail = await self._speaker.finish()
             if tail:
                 await self._send(self._message({"audio": _b64(tail), "alignment": None,
                                                 "normalizedAlignment": None}))
