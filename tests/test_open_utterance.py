@@ -81,3 +81,35 @@ async def test_clauses_come_while_text_is_still_arriving():
     assert await asyncio.wait_for(anext(clauses), 1) == "Hello there my"
     feed.append(" are you?", end=True)
     assert [c async for c in clauses] == ["friend,", "how are you?"]
+
+
+async def test_the_framed_stream_speaks_a_text_body_while_it_is_still_arriving(gateway):
+    """POST /v1/speech/stream with a text/plain body written as an LLM writes it: the first
+    frames come back before the body has ended."""
+    from gateway.stream.frame_records import EndRecord, FrameRecord, FrameRecordParser
+
+    body_done = asyncio.Event()
+    first_frame = asyncio.Event()
+
+    async def body():
+        for piece in ["Hello", " there", " my", " friend", ", how are", " you?"]:
+            yield piece.encode()
+            if piece == " friend":  # hold the rest until speech has come back
+                await asyncio.wait_for(first_frame.wait(), 10)
+        body_done.set()
+
+    parser = FrameRecordParser()
+    records = []
+    async with gateway.http.post(f"{gateway.url}/v1/speech/stream?voice=tone", data=body(),
+                                 headers={"Content-Type": "text/plain"}) as r:
+        assert r.status == 200
+        async for chunk in r.content.iter_any():
+            for record in parser.feed(chunk):
+                records.append(record)
+                if isinstance(record, FrameRecord) and not first_frame.is_set():
+                    assert not body_done.is_set()
+                    first_frame.set()
+    frames = [x for x in records if isinstance(x, FrameRecord)]
+    assert isinstance(records[-1], EndRecord)
+    # "Hello there my" / "friend," / "how are you?": three clauses of the 1 s tone
+    assert len(frames) == 3 * 50
