@@ -42,3 +42,28 @@ async def test_piper_words_come_from_piper(start_gateway):
     assert bounds == sorted(bounds)
     assert bounds[-1] <= state["frames_sent"] * 20  # inside the audio that was sent
     assert all(w["end_ms"] > w["start_ms"] for w in words)
+
+
+@pytest.mark.voice
+async def test_the_framed_stream_carries_piper_word_records_before_their_frames(start_gateway):
+    piper_voice = pytest.importorskip("gateway.tts.piper_voice")
+    if not piper_voice.piper_available():
+        pytest.skip("the [voice] extra is not installed")
+    from gateway.stream.frame_records import FrameRecord, FrameRecordParser, WordRecord
+    from gateway.tts.registry import VoiceRegistry
+
+    gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer()]))
+    text = "Word records travel with the frames, each before its word is heard."
+    async with gateway.http.post(f"{gateway.url}/v1/speech/stream",
+                                 json={"text": text, "words": True}) as r:
+        records = FrameRecordParser().feed(await r.read())
+    frames = 0
+    words = []
+    for record in records:
+        if isinstance(record, FrameRecord):
+            frames += 1
+        elif isinstance(record, WordRecord):
+            words.append(record.word)
+            # written before the frame in which it starts (Piper's timings come with its PCM)
+            assert frames <= record.start_ms // 20 + 1
+    assert words == text.split()

@@ -90,6 +90,7 @@ class FrameStreamRequest(Model):
     text: str = Field(min_length=1)
     voice: str | None = None
     pace: Literal["asap", "live"] = "asap"
+    words: StrictBool = Field(False, description="word records too (when each word plays)")
 
 
 class Voices(Model):

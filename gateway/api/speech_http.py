@@ -149,7 +149,8 @@ async def frame_stream(request: web.Request) -> web.StreamResponse:
     body = parse(FrameStreamRequest, await _json_body(request))
     text = checked_text(request, body.text)
     voice = voice_named(request, body.voice)
-    return await stream_response(request, text, voice, formatters.FrameRecords(), body.pace)
+    return await stream_response(request, text, voice, formatters.FrameRecords(body.words),
+                                 body.pace)
 
 
 async def streamed_text_frames(request: web.Request) -> web.StreamResponse:
@@ -160,8 +161,9 @@ async def streamed_text_frames(request: web.Request) -> web.StreamResponse:
     feed = TextFeed(request.app[LIMITS]["max_text_chars"])
     reader = asyncio.create_task(_read_text(request, feed))
     try:
+        words = request.query.get("words") in ("1", "true")
         return await stream_response(request, "", FedVoice(voice, feed),  # type: ignore[arg-type]
-                                     formatters.FrameRecords(), pace)
+                                     formatters.FrameRecords(words), pace)
     finally:
         reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -222,6 +224,7 @@ async def stream_response(
     streams.add(leg)
     try:
         utterance = conversation.say(text, voice, instructions=instructions)
+        formatter.bind(utterance)
         await response.prepare(request)
         body = ChunkedBodyWriter(request, response)
         await leg.run(utterance, body.write, body.write_now)

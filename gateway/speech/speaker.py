@@ -353,6 +353,7 @@ class Speaker:
         framer = Framer(FRAME_SAMPLES)
         resampler = RateFollower()
         track = WordTrack(text)  # the words' times travel with the PCM
+        progress.words = track.words  # live: each chunk's words as soon as it arrives
         started = time.monotonic()
         stream = open_stream(voice, text, instructions)
         async with contextlib.aclosing(stream) as chunks:
