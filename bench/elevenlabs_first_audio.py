@@ -12,8 +12,9 @@ message received (median of ``--runs``, target <= 150 ms). Beside it, in the sam
   synthesiser can beat: the first words have to be written first);
 - ``whole-text``: the sentence in one message with ``flush`` (no pacing): synthesis of the
   first clause + the wire, the floor for this voice on this machine;
-- ``first_words=0``: the same paced run with the segmenter's usual first cut (waits to see
-  whether the first sentence runs past its word limit) instead of the eager one.
+- ``first_words=2`` / ``=0``: the same paced run with the first clause after two words, and
+  with the segmenter's usual first cut (waits to see whether the first sentence runs past its
+  word limit) instead of the eager one.
 
 JSON in bench/results/elevenlabs_first_audio.json, and a table.
 """
@@ -98,13 +99,17 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=30.0, help="tokens per second")
     args = parser.parse_args()
     texts = [[*SENTENCES, *EXTRA][i % (len(SENTENCES) + len(EXTRA))] for i in range(args.runs)]
-    rows: dict[str, list[float]] = {"paced": [], "paced first_words=0": [], "whole-text": []}
+    rows: dict[str, list[float]] = {"paced": [], "paced first_words=2": [],
+                                    "paced first_words=0": [], "whole-text": []}
     ready = {"paced": [text_ready_ms(t, args.rate, 3) for t in texts],
+             "paced first_words=2": [text_ready_ms(t, args.rate, 2) for t in texts],
              "paced first_words=0": [text_ready_ms(t, args.rate, 0) for t in texts]}
     async with gateway_process(["piper"]) as url, aiohttp.ClientSession() as http:
         base = url.replace("http", "ws") + "/v1/text-to-speech/joe/multi-stream-input"
-        for name, query, rate in (("paced", "", args.rate), ("paced first_words=0",
-                                  "&first_words=0", args.rate), ("whole-text", "", None)):
+        for name, query, rate in (("paced", "", args.rate),
+                                  ("paced first_words=2", "&first_words=2", args.rate),
+                                  ("paced first_words=0", "&first_words=0", args.rate),
+                                  ("whole-text", "", None)):
             async with http.ws_connect(f"{base}?output_format=pcm_24000{query}") as ws:
                 await one(ws, "warm", "Warming up.", None)
                 for i, text in enumerate(texts):
