@@ -90,6 +90,7 @@ class ContextSocket:
         self.contexts: dict[str, SpeechContext] = {}
         self._send_lock = asyncio.Lock()
         self._closing = False
+        self._closer: asyncio.Task[bool] | None = None
 
     async def send(self, body: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -109,14 +110,12 @@ class ContextSocket:
         for key, value in list(self.contexts.items()):
             if value is context:
                 del self.contexts[key]
-        if not self.multi and context.closed:
-            # stream-input: the one context is over -> the socket closes after isFinal
+        if (not self.multi and context.closed) or (self._closing and not self.contexts):
+            # stream-input's one context is over, or close_socket's last one: the socket
+            # closes after isFinal (a task of this socket's, awaited or cancelled in abort)
             self._closing = True
-            asyncio.get_running_loop().call_soon(
-                lambda: asyncio.ensure_future(self.ws.close()))
-        elif self._closing and not self.contexts:
-            asyncio.get_running_loop().call_soon(
-                lambda: asyncio.ensure_future(self.ws.close()))
+            if self._closer is None:
+                self._closer = asyncio.get_running_loop().create_task(self.ws.close())
 
     def _context(self, context_id: str) -> SpeechContext:
         context = self.contexts.get(context_id)
@@ -192,6 +191,9 @@ class ContextSocket:
             self.stats.aborted += not context.done
             await context.abort()
         self.contexts.clear()
+        if self._closer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._closer, 5)
 
 
 async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputFormat,
