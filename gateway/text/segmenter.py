@@ -4,8 +4,9 @@ One incremental segmenter for every path that speaks text: a whole request (``sp
 an agent's streamed tokens (``stream_clauses``), an ElevenLabs context's pushed chunks. Text
 arrives in pieces of any size (a character, a token, a sentence); each clause comes out of
 ``feed`` the moment it is complete, ``flush`` speaks whatever is buffered now, ``end`` closes the
-input. The characters are processed one at a time through one state machine, so the clauses
-depend only on the text, never on how it was chunked.
+input. The characters go through one state machine (runs of plain characters appended at once,
+which is what stepping them one by one would do), so the clauses depend only on the text, never
+on how it was chunked.
 
 The cuts:
 
@@ -49,6 +50,8 @@ ABBREVIATIONS = frozenset({
     "cf.", "approx.", "fig.", "dept.", "gen.", "gov.", "sgt.", "capt.", "lt.", "col.", "rev.",
 })
 _DOTTED = re.compile(r"^(?:\w\.){2,}$")  # "u.s.", "a.k.a."
+_RUNS = re.compile(r"\s+|\S+")  # \s is str.isspace()'s whitespace
+_CJK_BREAK = re.compile(f"[{CJK_SENTENCE_END}{CJK_CLAUSE_END}]")
 
 
 def _is_abbreviation(token: str) -> bool:
@@ -92,8 +95,17 @@ class Segmenter:
         return held + self._cur_len
 
     def feed(self, text: str) -> list[str]:
-        for ch in text:
-            self._step(ch)
+        for run in _RUNS.findall(text):
+            if run[0].isspace():
+                self._step(" ")  # a run of whitespace acts as its first character
+            elif self.buffered + len(run) + 1 > self.max_chars or _CJK_BREAK.search(run):
+                for ch in run:
+                    self._step(ch)
+            else:  # plain characters: only the first can start a word; the rest just append
+                self._step(run[0])
+                if len(run) > 1:
+                    self._cur.append(run[1:])
+                    self._cur_len += len(run) - 1
         out, self._out = self._out, []
         return out
 
