@@ -145,10 +145,9 @@ class Segmenter:
             self._words = 1
         self._cur.append(ch)
         self._cur_len += 1
+        self._bound()
         if ch in CJK_SENTENCE_END or ch in CJK_CLAUSE_END:
             self._close_piece()
-            return
-        self._bound()
 
     def _ends_at_break(self) -> bool:
         text = "".join(self._cur).rstrip(CLOSERS)
