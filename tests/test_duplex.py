@@ -13,11 +13,12 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from gateway import aiortc_compat
 from gateway.testing.mic_track import RecordedMic
 from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, speak, trim
+from tests.installed import need_module, needs
 
-faster_whisper = pytest.importorskip("faster_whisper", reason="the [listen] extra")
+faster_whisper = need_module("faster_whisper", "the [listen] extra")
 pytestmark = [
     pytest.mark.asr,
-    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+    needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
 ]
 
 

@@ -86,7 +86,7 @@ async def test_clauses_come_while_text_is_still_arriving():
 async def test_the_framed_stream_speaks_a_text_body_while_it_is_still_arriving(gateway):
     """POST /v1/speech/stream with a text/plain body written as an LLM writes it: the first
     frames come back before the body has ended."""
-    from gateway.stream.frame_records import EndRecord, FrameRecord, FrameRecordParser
+    from gateway.http.frame_records import EndRecord, FrameRecord, FrameRecordParser
 
     body_done = asyncio.Event()
     first_frame = asyncio.Event()

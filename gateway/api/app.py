@@ -8,16 +8,21 @@ from aiohttp import web
 
 from gateway import aiortc_compat
 from gateway.api.access import AccessPolicy, middlewares
+from gateway.api.channel_routes import CHANNELS
+from gateway.api.channel_routes import routes as channel_routes
 from gateway.api.errors import json_errors
 from gateway.api.openapi import document
 from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes, stamp_arrival
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
+from gateway.channels.registry import ChannelRegistry
 from gateway.config import GatewayConfig
+from gateway.conversation.duplex import DuplexFactory
 from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
 from gateway.net.udp_mux import MuxGroup
+from gateway.realtime import routes as realtime
+from gateway.realtime.keys import EphemeralKeys
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts.registry import VoiceRegistry
@@ -28,8 +33,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
-        jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
-        speech_per_s=config.rate_limit_speech,
+        jwt_secret=config.auth_jwt_secret, listen_tokens=config.listen_tokens,
+        sessions_per_s=config.rate_limit_sessions,
+        speech_per_s=config.rate_limit_speech, ephemeral=EphemeralKeys(),
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
@@ -55,6 +61,10 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
+    app[CHANNELS] = ChannelRegistry(
+        config.rtc_configuration(), options, config.max_channels,
+        config.channel_max_listeners, phrase_cache=cache, udp_mux=udp_mux,
+    )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
     app[STREAMING] = StreamDefaults(
         encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
@@ -67,6 +77,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     app.add_routes(routes)
     app.add_routes(speech_routes)
     add_elevenlabs_routes(app, app[VOICES], config.max_text_chars)
+    app.add_routes(channel_routes)
+    realtime.install(app, app[REGISTRY], app[VOICES], policy.ephemeral)
     index = config.web_dir / "index.html"
     if index.exists():
 
@@ -84,6 +96,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         yield
         if duplex is not None:
             await duplex.close()
+        await app[CHANNELS].close_all()
         await app[REGISTRY].close_all()
         if udp_mux is not None:
             udp_mux.close()

@@ -17,12 +17,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.api.models import JsonOffer, SpeechAppend, SpeechCreate, parse
-from gateway.api.openapi import DOCS_PAGE
+from gateway.api.openapi import DOCS_PAGE, SWAGGER_UI_FILES, swagger_ui_file
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
-from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
@@ -30,6 +29,8 @@ from gateway.speech.text_feed import FedVoice, TextFeed
 from gateway.speech.utterance import FINAL_STATES
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import SdpRejected
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"
@@ -241,14 +242,19 @@ async def trickle_ice(request: web.Request) -> web.Response:
     gateway's new sdpfrag and ETag. A stale ETag is 412; a failed restart leaves the session as
     it was."""
     session = _session(request)
+    return await patch_webrtc_leg(request, session.webrtc)
+
+
+async def patch_webrtc_leg(request: web.Request, leg: WebRtcLeg) -> web.Response:
+    """A WHEP resource's PATCH on ``leg`` (a session's, or a channel listener's): trickle or
+    ICE restart, as ``trickle_ice`` says."""
     _require_type(request, SDPFRAG)
-    leg = session.webrtc
     body = await body_text(request)
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
                        f"{leg.etag}", {"ETag": leg.etag})
-    mid = session.offer.audio_mid if session.offer else None
+    mid = leg.offer.audio_mid if leg.offer else None
     candidates, end, _ = parse_sdpfrag(body, mid)
     ufrag, pwd = sdpfrag_credentials(body)
     if ufrag is not None and ufrag != leg.remote_ufrag:
@@ -440,5 +446,19 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 @routes.get("/docs")
 async def api_docs(request: web.Request) -> web.Response:
-    """Swagger UI (from web/vendor, installed by make) rendering /openapi.json."""
+    """Swagger UI rendering /openapi.json; its files come from ``/docs/{file}``."""
     return web.Response(text=DOCS_PAGE, content_type="text/html")
+
+
+@routes.get("/docs/{file}")
+async def api_docs_file(request: web.Request) -> web.FileResponse:
+    """One of Swagger UI's files, from the installed swagger-ui-bundle-v2 package (a 404 JSON
+    error for any other name, or when the package is missing)."""
+    name = request.match_info["file"]
+    path = swagger_ui_file(name)
+    if path is None:
+        message = (f"{name!r} is not one of Swagger UI's files ({', '.join(SWAGGER_UI_FILES)})"
+                   if name not in SWAGGER_UI_FILES else
+                   f"Swagger UI's {name} is not installed (pip install swagger-ui-bundle-v2)")
+        raise ApiError(404, "not_found", message)
+    return web.FileResponse(path, headers={"Content-Type": SWAGGER_UI_FILES[name]})

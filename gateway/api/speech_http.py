@@ -24,7 +24,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.chunked_writer import ChunkedBodyWriter
 from gateway.api.errors import ApiError
 from gateway.api.models import FrameStreamRequest, parse
 from gateway.api.routes import (
@@ -37,20 +36,21 @@ from gateway.api.routes import (
     checked_text,
     voice_named,
 )
-from gateway.media.opus_codec import EncoderSettings
-from gateway.session.conversation import Conversation
-from gateway.session.http_leg import HttpStreamLeg, StreamOptions
-from gateway.speech.text_feed import FedVoice, TextFeed, TextFeedClosed
-from gateway.stream import formatters
-from gateway.stream.flush_policy import FlushPolicy, tcp_rtt_ms
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
-from gateway.stream.openai_speech import (
+from gateway.conversation.conversation import Conversation
+from gateway.http import formatters
+from gateway.http.chunked_writer import ChunkedBodyWriter
+from gateway.http.flush_policy import FlushPolicy, tcp_rtt_ms
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
+from gateway.http.leg import HttpStreamLeg, StreamOptions
+from gateway.http.openai_speech import (
     MEDIA_TYPES,
     SpeechRequest,
     SpeechRequestError,
     parse_speech_request,
 )
-from gateway.stream.transcode import supported_formats
+from gateway.http.transcode import supported_formats
+from gateway.media.opus_codec import EncoderSettings
+from gateway.speech.text_feed import FedVoice, TextFeed, TextFeedClosed
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.stream import frame_records as fr
-from gateway.stream.formatters import FrameRecords
+from gateway.http import frame_records as fr
+from gateway.http.formatters import FrameRecords
 from gateway.text.timing import WordTiming
 
 
