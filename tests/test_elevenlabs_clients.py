@@ -62,16 +62,17 @@ async def run_client(script: str, *args: str, timeout: float = 120) -> dict:
     return json.loads(out.decode().strip().splitlines()[-1])
 
 
-def assert_speech(pcm: np.ndarray, min_s: float) -> None:
-    """Audible 24 kHz speech: long enough, loud, with pauses, in the voice band."""
-    assert pcm.size / RATE > min_s
-    frames = pcm[: pcm.size // 480 * 480].reshape(-1, 480).astype(float)
+def assert_speech(pcm: np.ndarray, min_s: float, rate: int = RATE) -> None:
+    """Audible speech: long enough, loud, with pauses, in the voice band."""
+    assert pcm.size / rate > min_s
+    step = rate // 50
+    frames = pcm[: pcm.size // step * step].reshape(-1, step).astype(float)
     rms = np.sqrt((frames ** 2).mean(axis=1))
     loud = rms > 300
     assert loud.mean() > 0.4, "mostly voiced"
     assert (~loud).sum() >= 2, "speech has pauses; a tone would not"
     spectrum = np.abs(np.fft.rfft(pcm.astype(float)))
-    freqs = np.fft.rfftfreq(pcm.size, 1 / RATE)
+    freqs = np.fft.rfftfreq(pcm.size, 1 / rate)
     assert spectrum[(freqs > 80) & (freqs < 4000)].sum() / spectrum.sum() > 0.6
 
 
@@ -79,9 +80,13 @@ def pcm_of(b64: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(b64), dtype="<i2")
 
 
-async def test_pipecat_pipeline_speaks_llm_text_with_word_timestamps(gateway):
-    url = gateway.url.replace("http://", "ws://")
-    got = await run_client("pipecat_elevenlabs.py", url)
+@pytest.mark.parametrize("mode", ["sentence", "token", "http"])
+async def test_pipecat_pipeline_speaks_llm_text_with_word_timestamps(gateway, mode):
+    """sentence: Pipecat's own sentence aggregation then the socket; token: every LLM token to
+    the socket as it comes (our segmenter cuts the clauses); http: ElevenLabsHttpTTSService,
+    each sentence POSTed to /stream/with-timestamps."""
+    url = gateway.url if mode == "http" else gateway.url.replace("http://", "ws://")
+    got = await run_client("pipecat_elevenlabs.py", url, "21m00Tcm4TlvDq8ikWAM", mode)
     assert got["rates"] == [RATE]
     contexts = list(dict.fromkeys(got["started"]))
     assert len(contexts) == 2 and sorted(got["stopped"]) == sorted(contexts), \
@@ -91,7 +96,7 @@ async def test_pipecat_pipeline_speaks_llm_text_with_word_timestamps(gateway):
         words = [w["text"] for w in got["words"] if w["context"] == context]
         assert words == reply.split(), "every word comes back, timed from the alignment"
     stats = gateway.app[ELEVENLABS].stats
-    assert stats.opened == 1, "both replies on one socket"
+    assert stats.opened == (0 if mode == "http" else 1), "both replies on one socket"
 
 
 async def test_livekit_stream_with_pushed_text(gateway):
@@ -102,6 +107,15 @@ async def test_livekit_stream_with_pushed_text(gateway):
             "Every word is timed, and the audio arrives as the text is written.")
     assert [w["text"].strip() for w in got["words"]] == text.split()
     assert all(w["end"] >= 0 and w["start"] >= 0 for w in got["words"])
+
+
+async def test_livekit_stream_in_its_default_mp3(gateway):
+    """mp3_22050_32, LiveKit's default encoding: it decodes our mp3 stream itself."""
+    got = await run_client("livekit_elevenlabs.py", gateway.url + "/v1", "stream",
+                           "hpp4J3VqNfWAUOO0d1Us", "mp3_22050_32")
+    assert got["rates"] == [22050]
+    assert_speech(pcm_of(got["pcm_b64"]), min_s=3, rate=22050)
+    assert len(got["words"]) == 22
 
 
 async def test_livekit_synthesize_over_http(gateway):

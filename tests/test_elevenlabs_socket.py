@@ -304,3 +304,20 @@ async def test_flushed_text_is_still_spoken_after_close_context(cv_gateway, stan
     timed = [m["alignment"] for m in msgs if m.get("alignment")]
     assert audio_of(msgs).size > 0.5 * 24_000 and timed  # estimated: CosyVoice gives none
 
+
+
+async def test_close_socket_finishes_every_context_then_closes(gateway):
+    async with gateway.http.ws_connect(ws_url(gateway)) as ws:
+        await ws.send_json({"text": "First context", "context_id": "a"})
+        await ws.send_json({"text": "Second context", "context_id": "b"})
+        await ws.send_json({"close_socket": True})
+        msgs = await messages_until(ws, lambda m: bool(m) and "_closed" in m[-1])
+    assert sorted(finals(msgs)) == ["a", "b"]
+    assert audio_of(msgs, "a").size == audio_of(msgs, "b").size == 24_000
+    assert msgs[-1]["_closed"] in ("CLOSE", "CLOSED", "CLOSING")
+    stats = gateway.app[ELEVENLABS].stats
+    for _ in range(500):  # the handler's own clean-up, polled
+        if not stats.sockets:
+            break
+        await asyncio.sleep(0.01)
+    assert not stats.sockets and not stats.contexts and stats.aborted == 0

@@ -38,7 +38,8 @@ EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
 
 #: RFC 6750 §2.1 b64token
 _B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
-OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
+OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices",
+                 "/v1/elevenlabs/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 

@@ -19,6 +19,10 @@ from pydantic.json_schema import models_json_schema
 from gateway import __version__
 from gateway.api import channel_models as cm
 from gateway.api import models as m
+from gateway.elevenlabs import formats as el_formats
+from gateway.elevenlabs import models as el
+from gateway.elevenlabs.routes import PREFIXES as EL_PREFIXES
+from gateway.elevenlabs.voices import PREMADE
 from gateway.http.frame_records import MEDIA_TYPE as FRAMES
 from gateway.http.openai_speech import MEDIA_TYPES, SpeechRequest
 
@@ -74,6 +78,9 @@ OPERATIONS: tuple[Op, ...] = (
                {"type": "string", "enum": ["0", "1", "true", "sent"]}),
               ("timeout", "seconds to hold at most (<= 60)",
                {"type": "number", "minimum": 0, "maximum": 60}))),
+    Op("post", "/v1/sessions/{session_id}/speech/{utterance_id}/text",
+       "More text for an open utterance (speech with \"open\": true)",
+       {JSON: m.SpeechAppend}, {"200": ("appended", {JSON: m.SpeechAppended})}),
     Op("get", "/v1/sessions/{session_id}/events", "The session's events (Server-Sent Events)",
        responses={"200": ("event: <type> / data: <json> until the session ends",
                           {SSE: "sse"})}),
@@ -86,8 +93,15 @@ OPERATIONS: tuple[Op, ...] = (
               ("response_format", "opus|pcm|wav|mp3|flac|aac",
                {"type": "string", "enum": list(MEDIA_TYPES)}),
               ("pace", "asap|live", {"type": "string", "enum": ["asap", "live"]}))),
-    Op("post", "/v1/speech/stream", "The gateway's framed Opus stream",
-       {JSON: m.FrameStreamRequest}, {"200": ("frame records", {FRAMES: "binary"})}),
+    Op("post", "/v1/speech/stream", "The gateway's framed Opus stream (text/plain: the text "
+       "streamed in the body as it is written)",
+       {JSON: m.FrameStreamRequest, "text/plain": "text"},
+       {"200": ("frame records", {FRAMES: "binary"})},
+       query=(("voice", "a voice name (text/plain bodies)", {"type": "string"}),
+              ("pace", "asap|live (text/plain bodies)",
+               {"type": "string", "enum": ["asap", "live"]}),
+              ("words", "1: word records too (text/plain bodies)",
+               {"type": "string", "enum": ["0", "1"]}))),
     Op("post", "/v1/channels", "Create a broadcast channel (docs/channels.md)",
        {JSON: cm.ChannelCreate}, {"201": ("the channel; Location is its URL",
                                           {JSON: cm.ChannelSummary})}),
@@ -143,6 +157,53 @@ OPERATIONS: tuple[Op, ...] = (
 )
 
 
+def _elevenlabs_ops() -> tuple[Op, ...]:
+    """The ElevenLabs-compatible routes (gateway/elevenlabs), under each of their prefixes."""
+    fmt = ("output_format", "pcm_<rate>, ulaw_8000, mp3_<rate>_<kbps>, opus_48000_<kbps>",
+           {"type": "string", "enum": el_formats.names()})
+    audio: dict[str, Body] = {media: "binary" for media in
+                              ("audio/pcm", "audio/basic", "audio/mpeg", "audio/ogg")}
+    ws = (fmt, ("inactivity_timeout", "seconds without a message before the socket closes",
+                {"type": "number", "exclusiveMinimum": 0}),
+          ("model_id", "any", {"type": "string"}), ("auto_mode", "accepted", {"type": "string"}),
+          ("sync_alignment", "accepted", {"type": "string"}),
+          ("first_words", "ours: the first clause goes once this many words are complete",
+           {"type": "integer", "minimum": 0, "maximum": 10}))
+    ops: list[Op] = []
+    for prefix in EL_PREFIXES:
+        base = f"{prefix}/text-to-speech/{{voice_id}}"
+        ops += [
+            Op("get", f"{base}/stream-input", "ElevenLabs-compatible WebSocket: one context",
+               responses={"101": ("the WebSocket (see gateway/elevenlabs/socket.py)", {})},
+               query=ws),
+            Op("get", f"{base}/multi-stream-input",
+               "ElevenLabs-compatible WebSocket: contexts interleaved",
+               responses={"101": ("the WebSocket (see gateway/elevenlabs/socket.py)", {})},
+               query=ws),
+            Op("post", f"{base}/stream", "ElevenLabs-compatible speech, streamed as produced",
+               {JSON: el.ElevenLabsSpeech}, {"200": ("the audio", audio)}, query=(fmt,)),
+            Op("post", f"{base}/stream/with-timestamps",
+               "ElevenLabs-compatible speech with character timings, one JSON per line",
+               {JSON: el.ElevenLabsSpeech},
+               {"200": ("audio_base64 + alignment lines", {"application/x-ndjson": "text"})},
+               query=(fmt,)),
+            Op("post", base, "ElevenLabs-compatible speech, the whole file",
+               {JSON: el.ElevenLabsSpeech}, {"200": ("the audio", audio)}, query=(fmt,)),
+            Op("post", f"{base}/with-timestamps",
+               "ElevenLabs-compatible speech with character timings, one JSON object",
+               {JSON: el.ElevenLabsSpeech}, {"200": ("audio + alignment",
+                                                     {JSON: el.ElevenLabsTimedAudio})},
+               query=(fmt,)),
+        ]
+    ops.append(Op("get", "/v1/elevenlabs/voices", "The voices, in ElevenLabs' shape",
+                  responses={"200": ("voice_id, name", {JSON: el.ElevenLabsVoices})},
+                  open=True))
+    return tuple(ops)
+
+
+OPERATIONS += _elevenlabs_ops()
+
+
 def _query_schema(
     name: str, schema: dict[str, Any], voices: list[str], max_chars: int
 ) -> dict[str, Any]:
@@ -176,6 +237,7 @@ def _constrain(defs: dict[str, Any], voices: list[str], max_chars: int) -> None:
     text = {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": r"\S"}
     for name, key, schema in (
         ("SpeechCreate", "text", text), ("FrameStreamRequest", "text", text),
+        ("ElevenLabsSpeech", "text", text),
         ("SpeechRequest", "input", text),
         ("SpeechCreate", "voice", {"anyOf": [names, {"type": "null"}]}),
         ("FrameStreamRequest", "voice", {"anyOf": [names, {"type": "null"}]}),
@@ -213,6 +275,10 @@ def document(
         params = [
             {"name": name, "in": "path", "required": True, "schema": schema}
             for name, schema in PATH_PARAMS.items() if "{" + name + "}" in op.path
+        ] + [
+            {"name": "voice_id", "in": "path", "required": True,
+             "schema": {"type": "string", "enum": [*voice_names, *PREMADE]}}
+            for _ in range("{voice_id}" in op.path)
         ] + [
             {"name": name, "in": "query", "required": "(required)" in text,
              "description": text, "schema": _query_schema(name, schema, voice_names, max_chars)}

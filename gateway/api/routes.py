@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import __version__
 from gateway.api.errors import ApiError
-from gateway.api.models import JsonOffer, SpeechCreate, parse
+from gateway.api.models import JsonOffer, SpeechAppend, SpeechCreate, parse
 from gateway.api.openapi import DOCS_PAGE, SWAGGER_UI_FILES, swagger_ui_file
 from gateway.api.sdp_limits import CandidateBudget, SdpLimitExceeded, SdpLimits, checked_sdp
 from gateway.http.speakable import unspeakable
@@ -28,6 +28,8 @@ from gateway.session.registry import Draining, SessionLimitReached, SessionRegis
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
+from gateway.speech.text_feed import FedVoice, TextFeed
+from gateway.speech.utterance import FINAL_STATES
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
 from gateway.webrtc.leg import WebRtcLeg
@@ -308,12 +310,20 @@ async def speak(request: web.Request) -> web.Response:
     body = parse(SpeechCreate, await _json_body(request))
     text = checked_text(request, body.text)
     voice = voice_named(request, body.voice)
+    feed = None
+    if body.open:  # more text follows (speech/text_feed.py)
+        feed = TextFeed(request.app[LIMITS]["max_text_chars"])
+        feed.append(text)
+        voice = FedVoice(voice, feed)  # type: ignore[assignment]
     try:
         utterance = session.speaker.say(
-            text, voice, interrupt=body.interrupt, requested_at=arrived_at(request)
+            "" if feed else text, voice, interrupt=body.interrupt,
+            requested_at=arrived_at(request)
         )
     except SpeechQueueFull as exc:
         raise ApiError(429, "speech_queue_full", str(exc)) from exc
+    if feed is not None:
+        utterance.text_feed, utterance.chars = feed, feed.chars
     location = f"{_location(request, session)}/speech/{utterance.id}"
     return web.json_response(
         {"id": utterance.id, "state": utterance.state.value, "voice": voice.name,
@@ -321,6 +331,30 @@ async def speak(request: web.Request) -> web.Response:
         status=202,
         headers={"Location": location},
     )
+
+
+@routes.post("/v1/sessions/{session_id}/speech/{utterance_id}/text")
+async def append_text(request: web.Request) -> web.Response:
+    """More text for an open utterance (``"open": true``): ``{"text", "flush"?, "end"?}``."""
+    session = _session(request)
+    _require_type(request, JSON)
+    body = parse(SpeechAppend, await _json_body(request))
+    utterance = session.speaker.get(request.match_info["utterance_id"])
+    if utterance is None:
+        raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
+    feed = utterance.text_feed
+    if feed is None:
+        raise ApiError(409, "not_open", "this utterance was given all its text at once")
+    if feed.ended or utterance.state in FINAL_STATES:
+        raise ApiError(409, "text_ended", f"this utterance's text has ended "
+                       f"({utterance.state.value})")
+    try:
+        feed.append(body.text, flush=body.flush, end=body.end)
+    except ValueError as exc:
+        raise ApiError(400, "text_too_long", str(exc)) from exc
+    utterance.chars = feed.chars
+    return web.json_response({"id": utterance.id, "state": utterance.state.value,
+                              "chars": feed.chars, "ended": feed.ended})
 
 
 @routes.delete("/v1/sessions/{session_id}/speech")
@@ -355,7 +389,8 @@ async def get_utterance(request: web.Request) -> web.Response:
             finally:
                 closed.cancel()
                 finished.cancel()
-    return web.json_response(utterance.as_json())
+    return web.json_response({**utterance.as_json(), "words": [
+        {"word": w.word, "start_ms": w.start_ms, "end_ms": w.end_ms} for w in utterance.words]})
 
 
 @routes.get("/v1/sessions/{session_id}/events")

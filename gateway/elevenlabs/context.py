@@ -1,10 +1,10 @@
 """One ElevenLabs context: text pushed in as it is written, audio + alignment out, in order.
 
 The text goes through the one segmenter (``gateway.text``): each clause is spoken as soon as
-it is complete, ``flush`` speaks what is buffered now, and one task (owned here, cancelled by
-``abort``) synthesises the clauses one after another and sends each piece of audio with its
-alignment as it exists, then ``{"isFinal": true}`` once the input is closed and everything
-asked for has been sent.
+it is complete (the first one as soon as its first ``EAGER_FIRST_WORDS`` words are), ``flush``
+speaks what is buffered now, and one task (owned here, cancelled by ``abort``) synthesises the
+clauses one after another and sends each piece of audio with its alignment as it exists, then
+``{"isFinal": true}`` once the input is closed and everything asked for has been sent.
 
 ``close`` (the client's ``close_context``) ends the input. What was flushed before it is still
 spoken: both clients flush and then close at the end of a reply (Pipecat's
@@ -31,6 +31,10 @@ from gateway.text.segmenter import Segmenter
 from gateway.tts.base import SynthesisError, Synthesizer
 
 log = logging.getLogger(__name__)
+# The first clause of a context goes as soon as this many words of it are complete: its text is
+# still being written, so waiting to see how long the sentence runs would cost one word per
+# LLM token (bench/elevenlabs_first_audio.py measures it). 0: the segmenter's usual first cut.
+EAGER_FIRST_WORDS = 3
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
@@ -42,13 +46,14 @@ class ContextError(ValueError):
 
 class SpeechContext:
     def __init__(self, context_id: str | None, voice: Synthesizer, fmt: OutputFormat,
-                 send: Send, max_chars: int, on_done: Callable[[SpeechContext], None]) -> None:
+                 send: Send, max_chars: int, on_done: Callable[[SpeechContext], None],
+                 first_words: int = EAGER_FIRST_WORDS) -> None:
         self.context_id = context_id
         self._speaker = ClauseSpeaker(voice, fmt)
         self._send = send
         self._max_chars = max_chars
         self._on_done = on_done
-        self._segmenter = Segmenter()
+        self._segmenter = Segmenter(eager_first_words=first_words)
         self._clauses: deque[tuple[int, str]] = deque()
         self._seq = 0  # clauses queued so far
         self._flushed = 0  # clauses queued up to the last flush (kept by close)
@@ -140,7 +145,7 @@ class SpeechContext:
                 finally:
                     self._speaking.cancel()
                     self._current = 0
-            tail = self._speaker.finish()
+            tail = await self._speaker.finish()
             if tail:
                 await self._send(self._message({"audio": _b64(tail), "alignment": None,
                                                 "normalizedAlignment": None}))

@@ -43,7 +43,7 @@ async def pieces(voice: Synthesizer, fmt: OutputFormat, text: str
             async for piece in stream:
                 yield piece, at
                 at += piece.duration_ms
-    yield Piece(speaker.finish(), (), 0.0), at
+    yield Piece(await speaker.finish(), (), 0.0), at
 
 
 def timestamps(piece: Piece, at_ms: float) -> dict[str, Any] | None:

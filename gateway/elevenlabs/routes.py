@@ -11,6 +11,7 @@ as our bearer token (``gateway.api.access``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Awaitable, Callable
@@ -116,8 +117,13 @@ async def _socket(request: web.Request, multi: bool) -> web.StreamResponse:
     except ValueError as exc:
         raise _error(400, "invalid_inactivity_timeout", str(exc)) from None
     service = _service(request)
-    return await serve_socket(request, voice, fmt, timeout, service.limits, service.stats,
-                              multi)
+    limits = service.limits
+    if "first_words" in request.query:
+        value = request.query["first_words"]
+        if not value.isdigit() or int(value) > 10:
+            raise _error(400, "invalid_first_words", "first_words must be 0..10")
+        limits = dataclasses.replace(limits, first_words=int(value))
+    return await serve_socket(request, voice, fmt, timeout, limits, service.stats, multi)
 
 
 async def tts_stream(request: web.Request) -> web.StreamResponse:

@@ -4,7 +4,9 @@
 ``/multi-stream-input`` (``context_id`` on every message, several contexts interleaved on one
 socket), with the query ``model_id`` (any), ``output_format`` (``formats.py``), ``auto_mode``,
 ``sync_alignment``, ``inactivity_timeout`` (seconds the socket stays open with no message;
-default 20, at most ``MAX_INACTIVITY_S``) and the rest of theirs accepted. Client messages:
+default 20, at most ``MAX_INACTIVITY_S``) and the rest of theirs accepted; ours:
+``first_words`` (0..10, default ``EAGER_FIRST_WORDS``: a context's first clause goes once that
+many words are complete; 0: the segmenter's usual first cut). Client messages:
 
 - ``{"text": " ", "voice_settings": ..., "context_id"}``: a context's first message (the
   settings, ``generation_config``, ``xi_api_key`` and unknown fields are accepted and ignored);
@@ -35,7 +37,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from gateway.elevenlabs.context import ContextError, SpeechContext
+from gateway.elevenlabs.context import EAGER_FIRST_WORDS, ContextError, SpeechContext
 from gateway.elevenlabs.formats import OutputFormat
 from gateway.tts.base import Synthesizer
 
@@ -51,6 +53,7 @@ class SocketLimits:
     max_text_chars: int = 100_000  # per context
     max_contexts: int = 8  # open at once, per socket
     heartbeat_s: float = 30.0
+    first_words: int = EAGER_FIRST_WORDS  # the query's first_words (our extension) overrides
 
 
 @dataclass
@@ -87,6 +90,7 @@ class ContextSocket:
         self.contexts: dict[str, SpeechContext] = {}
         self._send_lock = asyncio.Lock()
         self._closing = False
+        self._closer: asyncio.Task[bool] | None = None
 
     async def send(self, body: dict[str, Any]) -> None:
         async with self._send_lock:
@@ -106,14 +110,12 @@ class ContextSocket:
         for key, value in list(self.contexts.items()):
             if value is context:
                 del self.contexts[key]
-        if not self.multi and context.closed:
-            # stream-input: the one context is over -> the socket closes after isFinal
+        if (not self.multi and context.closed) or (self._closing and not self.contexts):
+            # stream-input's one context is over, or close_socket's last one: the socket
+            # closes after isFinal (a task of this socket's, awaited or cancelled in abort)
             self._closing = True
-            asyncio.get_running_loop().call_soon(
-                lambda: asyncio.ensure_future(self.ws.close()))
-        elif self._closing and not self.contexts:
-            asyncio.get_running_loop().call_soon(
-                lambda: asyncio.ensure_future(self.ws.close()))
+            if self._closer is None:
+                self._closer = asyncio.get_running_loop().create_task(self.ws.close())
 
     def _context(self, context_id: str) -> SpeechContext:
         context = self.contexts.get(context_id)
@@ -125,7 +127,7 @@ class ContextSocket:
                     "close one (close_context) before opening another")
             context = SpeechContext(context_id if self.multi else None, self.voice,
                                     self.format, self.send, self.limits.max_text_chars,
-                                    self._done)
+                                    self._done, self.limits.first_words)
             self.contexts[context_id] = context
             self.stats.contexts.add(context)
             self.stats.peak_contexts = max(self.stats.peak_contexts, len(self.contexts))
@@ -189,6 +191,9 @@ class ContextSocket:
             self.stats.aborted += not context.done
             await context.abort()
         self.contexts.clear()
+        if self._closer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._closer, 5)
 
 
 async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputFormat,

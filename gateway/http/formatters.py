@@ -13,6 +13,7 @@ formats, a tempo change) or the Opus frames the WebRTC path sends (passed throug
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,9 @@ class FrameFormatter:
     def error(self, code: str, message: str) -> bytes:
         return self.end()
 
+    def bind(self, utterance: Any) -> None:
+        """The utterance this stream carries (a format that writes its words needs it)."""
+
 
 class OggOpus(FrameFormatter):
     """Ogg/Opus pages, one per frame: the very packets the encoder made (no re-encode)."""
@@ -70,20 +74,48 @@ class FrameRecords(FrameFormatter):
     media_type = frame_records.MEDIA_TYPE
     carries_errors = True
 
-    def __init__(self) -> None:
+    def __init__(self, words: bool = False) -> None:
+        """``words``: word records too, each before the frame in which its word starts (or as
+        soon as its time is known: estimated timings come when a clause has been rendered)."""
         self._encoder = frame_records.FrameRecordEncoder()
+        self._words = words
+        self._utterance: Any = None
+        self._written = 0  # words written
+        self._frames = 0  # frames written
+
+    def bind(self, utterance: Any) -> None:
+        self._utterance = utterance
 
     def start(self) -> bytes:
         return self._encoder.header()
 
+    def _due_words(self, frames_after: int) -> bytes:
+        if not self._words or self._utterance is None:
+            return b""
+        words = self._utterance.words
+        out = []
+        until_ms = frames_after * frame_records.FRAME_MS
+        while self._written < len(words) and words[self._written].start_ms < until_ms:
+            w = words[self._written]
+            out.append(self._encoder.word(w.word, w.start_ms, w.end_ms))
+            self._written += 1
+        return b"".join(out)
+
     def frame(self, payload: bytes) -> bytes:
-        return self._encoder.frame(payload)
+        return self.frames([payload])
 
     def frames(self, payloads: list[bytes]) -> bytes:
-        return self._encoder.frames(payloads)
+        if not self._words:
+            return self._encoder.frames(payloads)
+        out = []
+        for payload in payloads:
+            out.append(self._due_words(self._frames + 1))
+            out.append(self._encoder.frame(payload))
+            self._frames += 1
+        return b"".join(out)
 
     def end(self) -> bytes:
-        return self._encoder.end()
+        return self._due_words(1 << 40) + self._encoder.end()  # the rest, then the end
 
     def error(self, code: str, message: str) -> bytes:
         return self._encoder.error(code, message)

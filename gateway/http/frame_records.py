@@ -27,6 +27,11 @@ Then records, each starting with a type byte::
     error  0x03   length u16, then ``length`` bytes (1..4096) of UTF-8 JSON
                   ``{"code": str, "message": str}``: the stream ended on this error.
 
+    word   0x04   length u16, then ``length`` bytes (1..4096) of UTF-8 JSON ``{"word": str,
+                  "start_ms": number, "end_ms": number}``: when a word of the speech plays,
+                  in ms from the stream's first sample. Written only to a client that asked
+                  (``"words": true``): readers from before it refuse the type.
+
 An end or error record is the last thing in the stream: a stream that stops before one is
 truncated. The parser holds at most one incomplete record (< 4099 bytes) between feeds, and
 raises ``MalformedStream`` (only that) on anything else; once it has, it stays failed.
@@ -56,6 +61,7 @@ MAX_ERROR_BYTES = 4096
 TYPE_FRAME = 0x01
 TYPE_END = 0x02
 TYPE_ERROR = 0x03
+TYPE_WORD = 0x04
 
 _HEADERS = {1: struct.Struct(">4sBIHB"), 2: struct.Struct(">4sBIHBH")}  # by version: parsed
 _HEADER = _HEADERS[VERSION]  # written
@@ -95,7 +101,14 @@ class ErrorRecord:
     message: str
 
 
-Record = StreamHeader | FrameRecord | EndRecord | ErrorRecord
+@dataclass(frozen=True, slots=True)
+class WordRecord:
+    word: str
+    start_ms: float
+    end_ms: float
+
+
+Record = StreamHeader | FrameRecord | EndRecord | ErrorRecord | WordRecord
 
 
 def encode_header(header: StreamHeader = StreamHeader()) -> bytes:
@@ -126,6 +139,20 @@ def encode_error(code: str, message: str) -> bytes:
         message = message[: max(0, len(message) - (len(body) - MAX_ERROR_BYTES) - 1)]
         body = _error_json(code, message)
     return _ERROR.pack(TYPE_ERROR, len(body)) + body
+
+
+def encode_word(word: str, start_ms: float, end_ms: float) -> bytes:
+    """A word record; a word too long for one (4096 bytes of JSON) is cut at a character."""
+    body = _word_json(word, start_ms, end_ms)
+    while len(body) > MAX_ERROR_BYTES:
+        word = word[: max(0, len(word) - (len(body) - MAX_ERROR_BYTES) - 1)]
+        body = _word_json(word, start_ms, end_ms)
+    return _ERROR.pack(TYPE_WORD, len(body)) + body
+
+
+def _word_json(word: str, start_ms: float, end_ms: float) -> bytes:
+    return json.dumps({"word": word, "start_ms": start_ms, "end_ms": end_ms},
+                      ensure_ascii=False).encode()
 
 
 class FrameRecordEncoder:
@@ -159,6 +186,10 @@ class FrameRecordEncoder:
         self._sequence = (sequence + len(payloads)) & 0xFFFF
         self._timestamp = (timestamp + len(payloads) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         return head + b"".join(records)
+
+    def word(self, word: str, start_ms: float, end_ms: float) -> bytes:
+        record = encode_word(word, start_ms, end_ms)
+        return self._open() + record
 
     def end(self) -> bytes:
         head = self._open()
@@ -252,6 +283,16 @@ class FrameRecordParser:
         if kind == TYPE_END:
             self._done = True
             return EndRecord(), pos + 1
+        if kind == TYPE_WORD:
+            if len(buf) - pos < _ERROR.size:
+                return None
+            _, length = _ERROR.unpack_from(buf, pos)
+            if not 1 <= length <= MAX_ERROR_BYTES:
+                raise MalformedStream(f"word record length {length} outside 1..{MAX_ERROR_BYTES}")
+            end = pos + _ERROR.size + length
+            if len(buf) < end:
+                return None
+            return _parse_word(bytes(buf[end - length : end])), end
         if kind == TYPE_ERROR:
             if len(buf) - pos < _ERROR.size:
                 return None
@@ -302,3 +343,15 @@ def _parse_error(body: bytes) -> ErrorRecord:
     ):
         raise MalformedStream('error record is not {"code": str, "message": str}')
     return ErrorRecord(value["code"], value["message"])
+
+
+def _parse_word(body: bytes) -> WordRecord:
+    try:
+        value: Any = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise MalformedStream(f"word record is not UTF-8 JSON: {exc}") from None
+    if not (isinstance(value, dict) and isinstance(value.get("word"), str)
+            and all(isinstance(value.get(k), int | float) and not isinstance(value.get(k), bool)
+                    for k in ("start_ms", "end_ms"))):
+        raise MalformedStream('word record is not {"word": str, "start_ms", "end_ms": number}')
+    return WordRecord(value["word"], float(value["start_ms"]), float(value["end_ms"]))

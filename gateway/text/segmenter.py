@@ -4,8 +4,9 @@ One incremental segmenter for every path that speaks text: a whole request (``sp
 an agent's streamed tokens (``stream_clauses``), an ElevenLabs context's pushed chunks. Text
 arrives in pieces of any size (a character, a token, a sentence); each clause comes out of
 ``feed`` the moment it is complete, ``flush`` speaks whatever is buffered now, ``end`` closes the
-input. The characters are processed one at a time through one state machine, so the clauses
-depend only on the text, never on how it was chunked.
+input. The characters go through one state machine (runs of plain characters appended at once,
+which is what stepping them one by one would do), so the clauses depend only on the text, never
+on how it was chunked.
 
 The cuts:
 
@@ -17,6 +18,8 @@ The cuts:
   ``! ? , ; :``, the enumeration comma) breaks at once;
 - the first clause is kept short (it decides first-audio latency): a first sentence longer than
   ``first_max_words`` words is cut after ``max(min_words, first_max_words // 2 + 1)`` of them;
+  with ``eager_first_words`` (streamed text, where the next words are still being written) it
+  is cut as soon as that many words are complete, without waiting to see how long it runs;
 - later clauses shorter than ``min_words`` words that do not end a sentence are merged with the
   next, so no piece is tiny;
 - no clause is ever longer than ``max_chars`` characters: text without punctuation is cut at the
@@ -49,6 +52,8 @@ ABBREVIATIONS = frozenset({
     "cf.", "approx.", "fig.", "dept.", "gen.", "gov.", "sgt.", "capt.", "lt.", "col.", "rev.",
 })
 _DOTTED = re.compile(r"^(?:\w\.){2,}$")  # "u.s.", "a.k.a."
+_RUNS = re.compile(r"\s+|\S+")  # \s is str.isspace()'s whitespace
+_CJK_BREAK = re.compile(f"[{CJK_SENTENCE_END}{CJK_CLAUSE_END}]")
 
 
 def _is_abbreviation(token: str) -> bool:
@@ -65,12 +70,14 @@ class Segmenter:
     """``feed`` pieces of text, get back the clauses they complete; ``flush``; ``end``."""
 
     def __init__(self, first_max_words: int = FIRST_MAX_WORDS, min_words: int = MIN_WORDS,
-                 max_chars: int = MAX_CLAUSE_CHARS) -> None:
-        if max_chars < 2 or min_words < 1 or first_max_words < 1:
-            raise ValueError("max_chars must be >= 2, min_words and first_max_words >= 1")
+                 max_chars: int = MAX_CLAUSE_CHARS, eager_first_words: int = 0) -> None:
+        if max_chars < 2 or min_words < 1 or first_max_words < 1 or eager_first_words < 0:
+            raise ValueError("max_chars must be >= 2, min_words and first_max_words >= 1, "
+                             "eager_first_words >= 0")
         self.first_max_words = first_max_words
         self.min_words = min_words
         self.max_chars = max_chars
+        self.eager_first_words = eager_first_words
         self._reset()
 
     def _reset(self) -> None:
@@ -90,8 +97,17 @@ class Segmenter:
         return held + self._cur_len
 
     def feed(self, text: str) -> list[str]:
-        for ch in text:
-            self._step(ch)
+        for run in _RUNS.findall(text):
+            if run[0].isspace():
+                self._step(" ")  # a run of whitespace acts as its first character
+            elif self.buffered + len(run) + 1 > self.max_chars or _CJK_BREAK.search(run):
+                for ch in run:
+                    self._step(ch)
+            else:  # plain characters: only the first can start a word; the rest just append
+                self._step(run[0])
+                if len(run) > 1:
+                    self._cur.append(run[1:])
+                    self._cur_len += len(run) - 1
         out, self._out = self._out, []
         return out
 
@@ -115,6 +131,9 @@ class Segmenter:
                 return
             if self._ends_at_break():
                 self._close_piece()
+            elif (self.eager_first_words and not self._index and not self._first_cut
+                  and self._words >= self.eager_first_words):
+                self._emit_eager_first()
             else:
                 self._space = True
             return
@@ -128,10 +147,9 @@ class Segmenter:
             self._words = 1
         self._cur.append(ch)
         self._cur_len += 1
+        self._bound()
         if ch in CJK_SENTENCE_END or ch in CJK_CLAUSE_END:
             self._close_piece()
-            return
-        self._bound()
 
     def _ends_at_break(self) -> bool:
         text = "".join(self._cur).rstrip(CLOSERS)
@@ -160,6 +178,12 @@ class Segmenter:
         self._cur = list(rest)
         self._cur_len = len(rest)
         self._words -= keep
+
+    def _emit_eager_first(self) -> None:
+        """Streamed text: the first words go as soon as they are complete (the rest of the
+        sentence follows as a clause of its own)."""
+        self._emit("".join(self._cur))
+        self._cur, self._cur_len, self._words = [], 0, 0
 
     def _bound(self) -> None:
         if self._held is not None and len(self._held) + 1 + self._cur_len > self.max_chars:

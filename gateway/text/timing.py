@@ -74,3 +74,29 @@ def estimate_words(text: str, pcm: np.ndarray, rate: int) -> list[WordTiming]:
     if end <= start:
         start, end = 0.0, pcm.size * 1000 / rate
     return interpolate_words(text, start, end)
+
+
+class WordTrack:
+    """One utterance's words on its own timeline (ms from its first sample), built as its PCM
+    streams: each chunk's words shifted by the audio before the chunk; for a backend that times
+    none, the whole text estimated over the utterance's audible span when it ends."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.words: list[WordTiming] = []
+        self._at_ms = 0.0
+        self._loud: tuple[float, float] | None = None
+
+    def add(self, pcm: np.ndarray, rate: int, words: tuple[WordTiming, ...] = ()) -> None:
+        self.words.extend(w.shifted(self._at_ms) for w in words)
+        if not self.words and pcm.size:
+            start, end = audible_span(pcm, rate)
+            if end > start:
+                first = self._loud[0] if self._loud else self._at_ms + start
+                self._loud = (first, self._at_ms + end)
+        self._at_ms += pcm.size * 1000 / rate
+
+    def finish(self) -> list[WordTiming]:
+        if not self.words and self._loud is not None:
+            self.words = interpolate_words(self.text, *self._loud)
+        return self.words

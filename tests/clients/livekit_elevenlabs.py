@@ -1,7 +1,7 @@
 """LiveKit Agents' ``elevenlabs.TTS``, unmodified, against the gateway (run by
 tests/test_elevenlabs_clients.py with the clients' own venv's python; prints one JSON object).
 
-    python livekit_elevenlabs.py BASE_URL MODE [VOICE]
+    python livekit_elevenlabs.py BASE_URL MODE [VOICE] [ENCODING]
 
 MODE: ``stream`` (text pushed a few characters at a time, flush, end_input), ``synthesize``
 (the HTTP route), ``two`` (two streams at once on one TTS: two contexts on its one socket),
@@ -62,9 +62,10 @@ async def run_stream(tts, text: str, close_after_first: bool = False) -> dict:
 async def main() -> None:
     base_url, mode = sys.argv[1], sys.argv[2]
     voice = sys.argv[3] if len(sys.argv) > 3 else elevenlabs.DEFAULT_VOICE_ID
+    encoding = sys.argv[4] if len(sys.argv) > 4 else "pcm_24000"
     async with aiohttp.ClientSession() as session:
         tts = elevenlabs.TTS(api_key="s3cret", base_url=base_url, voice_id=voice,
-                             model="eleven_flash_v2_5", encoding="pcm_24000",
+                             model="eleven_flash_v2_5", encoding=encoding,
                              http_session=session)
         if mode == "stream":
             out = await run_stream(tts, TEXT)

@@ -2,22 +2,26 @@
 gateway (run by tests/test_elevenlabs_clients.py with the clients' own venv's python; prints one
 JSON object).
 
-    python pipecat_elevenlabs.py WS_URL [VOICE] [AGGREGATION]
+    python pipecat_elevenlabs.py URL [VOICE] [MODE]
 
 Two LLM-style replies are fed as text frames a few characters at a time, each between
 LLMFullResponseStart/EndFrame (so each is a context of its own on the one socket); the sink
 records the audio frames, the word frames the service builds from the alignment, and its
 TTSStarted/TTSStoppedFrames (a TTSStoppedFrame per context comes from the server's isFinal).
-AGGREGATION: ``sentence`` (the default) or ``token`` (every token goes to the socket as is).
+MODE: ``sentence`` (the default: the WebSocket service, URL ws://host:port), ``token`` (the same,
+every token sent to the socket as it comes) or ``http`` (``ElevenLabsHttpTTSService``: each
+sentence POSTed to ``/stream/with-timestamps``, URL http://host:port).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import sys
 
+import aiohttp
 from pipecat.frames.frames import (
     EndFrame,
     LLMFullResponseEndFrame,
@@ -32,7 +36,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.runner import PipelineRunner
 from pipecat.pipeline.task import PipelineParams, PipelineTask
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
-from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+from pipecat.services.elevenlabs.tts import ElevenLabsHttpTTSService, ElevenLabsTTSService
 from pipecat.services.tts_service import TextAggregationMode
 
 REPLIES = [
@@ -73,10 +77,22 @@ async def main() -> None:
     voice = sys.argv[2] if len(sys.argv) > 2 else "21m00Tcm4TlvDq8ikWAM"
     mode = sys.argv[3] if len(sys.argv) > 3 else "sentence"
     aggregation = TextAggregationMode.TOKEN if mode == "token" else TextAggregationMode.SENTENCE
-    tts = ElevenLabsTTSService(api_key="s3cret", url=url, sample_rate=24000,
-                               settings=ElevenLabsTTSService.Settings(
-                                   voice=voice, model="eleven_flash_v2_5"),
-                               text_aggregation_mode=aggregation)
+    async with contextlib.AsyncExitStack() as stack:
+        if mode == "http":
+            session = await stack.enter_async_context(aiohttp.ClientSession())
+            tts = ElevenLabsHttpTTSService(
+                api_key="s3cret", aiohttp_session=session, base_url=url, sample_rate=24000,
+                settings=ElevenLabsHttpTTSService.Settings(voice=voice,
+                                                           model="eleven_flash_v2_5"))
+        else:
+            tts = ElevenLabsTTSService(api_key="s3cret", url=url, sample_rate=24000,
+                                       settings=ElevenLabsTTSService.Settings(
+                                           voice=voice, model="eleven_flash_v2_5"),
+                                       text_aggregation_mode=aggregation)
+        await run(tts)
+
+
+async def run(tts) -> None:
     sink = Sink()
     task = PipelineTask(Pipeline([tts, sink]), params=PipelineParams(audio_out_sample_rate=24000),
                         idle_timeout_secs=None)

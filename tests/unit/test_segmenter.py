@@ -43,11 +43,13 @@ def run(pieces: list[str], segmenter: Segmenter | None = None) -> list[str]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(chunkings(), st.integers(1, 8), st.integers(1, 4), st.integers(8, 300))
-def test_any_chunking_yields_the_clauses_of_the_whole(case, first, min_words, bound):
+@given(chunkings(), st.integers(1, 8), st.integers(1, 4), st.integers(8, 300), st.integers(0, 4))
+def test_any_chunking_yields_the_clauses_of_the_whole(case, first, min_words, bound, eager):
     text, pieces = case
-    whole = split_clauses(text, first, min_words, bound)
-    assert run(pieces, Segmenter(first, min_words, bound)) == whole
+    whole = run([text], Segmenter(first, min_words, bound, eager))
+    assert run(pieces, Segmenter(first, min_words, bound, eager)) == whole
+    if not eager:
+        assert whole == split_clauses(text, first, min_words, bound)
     assert all(0 < len(c) <= bound for c in whole)
     assert all(c == c.strip() and "  " not in c for c in whole)
     # nothing lost, nothing added: the words in order (a bound cut may split a long token)
@@ -86,6 +88,15 @@ def test_a_long_first_sentence_is_cut_as_soon_as_it_runs_long():
     s = Segmenter()
     assert s.feed("Well I think that the answer") == []
     assert s.feed(" is") == ["Well I think that"]
+
+
+def test_streamed_text_may_start_after_its_first_words():
+    s = Segmenter(eager_first_words=3)
+    assert s.feed("Hello") == [] and s.feed(" there") == [] and s.feed(" my") == []
+    assert s.feed(" ") == ["Hello there my"]  # the third word is complete: speak it
+    assert s.feed("friend. How are you") == ["friend."]
+    assert s.end() == ["How are you"]
+    assert Segmenter(eager_first_words=3).feed("Oh, hi there you ") == ["Oh,"]  # a break first
 
 
 def test_the_cuts_of_the_old_splitter_are_kept():
