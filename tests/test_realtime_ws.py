@@ -370,3 +370,47 @@ async def test_a_browser_style_socket_beta_names_and_the_key_in_a_subprotocol(st
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await gateway.http.ws_connect(url, protocols=("realtime", "openai-insecure-api-key.no"))
     assert refused.value.status == 401
+
+
+async def test_function_calling_through_the_chat_backend(realtime):
+    from gateway.testing.chat_server import ChatStandIn, StandInConfig
+
+    def calls(body):
+        answered = any(m["role"] == "tool" for m in body["messages"])
+        return [] if answered else [("get_weather", '{"city": "Paris"}')]
+
+    config = StandInConfig(tokens=("It", " is", " sunny", " in", " Paris", "."), tool_calls=calls)
+    async with ChatStandIn(config) as chat:
+        rt = await realtime(agent=f"openai+{chat.url}?model=stand-in")
+        tool = {"type": "function", "name": "get_weather", "description": "The weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+        await rt.conn.session.update(session={"type": "realtime", "tools": [tool],
+                                              "output_modalities": ["text"]})
+        await rt.first("session.updated")
+        await rt.conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Weather in Paris?"}]})
+        await rt.conn.response.create()
+        done = await rt.first("response.done")
+        assert done.response.status == "completed"
+        (call,) = done.response.output
+        assert (call.type, call.name, call.arguments) == ("function_call", "get_weather",
+                                                         '{"city": "Paris"}')
+        args_done = rt.of("response.function_call_arguments.done")[0]
+        assert (args_done.call_id, args_done.arguments) == (call.call_id, call.arguments)
+        pieces = "".join(e.delta for e in rt.of("response.function_call_arguments.delta"))
+        assert pieces == call.arguments
+        assert not rt.of("response.output_text.delta")  # a call, no message
+        body = chat.requests[0].body
+        assert body["tools"][0]["function"]["name"] == "get_weather"
+        # the app runs the function and gives its output back
+        await rt.conn.conversation.item.create(item={
+            "type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sun"}'})
+        await rt.conn.response.create()
+        second = await rt.first("response.done", after=1)
+        assert second.response.status == "completed"
+        assert rt.of("response.output_text.done")[0].text == "It is sunny in Paris."
+        messages = chat.requests[1].body["messages"]
+        assert messages[-2]["tool_calls"][0]["id"] == call.call_id
+        assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id,
+                                "content": '{"sky": "sun"}'}

@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ import numpy as np
 
 from gateway.agent.base import Agent, AgentError, Message
 from gateway.agent.clauses import stream_clauses
+from gateway.agent.openai_chat import ToolCallDelta
 from gateway.listen.asr import RecognitionError, Recognizer
 from gateway.listen.listener import (
     FinalTranscript,
@@ -61,6 +62,7 @@ from gateway.realtime.protocol import (
     parse_client_event,
     server_event,
 )
+from gateway.realtime.tools import chat_messages, chat_tool_choice, chat_tools
 from gateway.session.conversation import Conversation
 from gateway.session.events import Event
 from gateway.speech.speaker import SpeechQueueFull
@@ -117,6 +119,13 @@ class Response:
     task: asyncio.Task[None] | None = None
     encoder: OutputEncoder | None = None
     prepared: PreparedReply | None = None  # begun on the tentative transcript
+    tools: list[dict[str, Any]] = field(default_factory=list)  # in the chat format
+    tool_choice: Any = None
+    outputs: list[Item] = field(default_factory=list)  # in output order
+    calls: dict[int, Item] = field(default_factory=dict)  # function calls by their index
+
+    def index(self, item: Item) -> int:
+        return self.outputs.index(item)
 
     @property
     def audio(self) -> bool:
@@ -147,7 +156,8 @@ class Response:
     def as_json(self) -> dict[str, Any]:
         return {"id": self.id, "object": "realtime.response", "status": self.status,
                 "status_details": self.status_details,
-                "output": [self.item.as_json()] if self.status != "in_progress" else [],
+                "output": [i.as_json() for i in self.outputs]
+                if self.status != "in_progress" else [],
                 "conversation_id": "conv_" + self.id[5:] if self.conversation == "auto"
                 else None,
                 "output_modalities": self.modalities, "max_output_tokens": "inf",
@@ -660,22 +670,78 @@ class RealtimeEngine:
         response = Response(new_id("resp"), item, mods, conversation, instructions, context,
                             fmt, voice, metadata=raw.get("metadata"))
         response.encoder = OutputEncoder(fmt["type"])
+        tools = raw["tools"] if isinstance(raw.get("tools"), list) else cfg.tools
+        choice = chat_tool_choice(raw.get("tool_choice", cfg.tool_choice))
+        if tools and choice != "none" and hasattr(self.hearing.agent, "reply_with_tools"):
+            response.tools, response.tool_choice = chat_tools(tools), choice
+        if prepared is not None and response.tools:
+            self._discard(prepared)  # prepared without the tools
+            prepared = None
         response.prepared = prepared
         item.clauses = response.clauses
         self.response = response
         self._emit("response.created", response=response.as_json())
         self._emit("rate_limits.updated", rate_limits=[
             {"name": "requests", "limit": None, "remaining": None, "reset_seconds": None}])
-        previous = self.items.add(item) if conversation == "auto" else None
-        self._emit("response.output_item.added", response_id=response.id, output_index=0,
-                   item=item.as_json())
-        if conversation == "auto":
+        if not response.tools:
+            self._open_message(response)  # with tools: once text comes (it may not)
+        response.task = self._spawn(self._respond(response), "realtime-response")
+
+    def _open_message(self, response: Response) -> None:
+        item = response.item
+        if item in response.outputs:
+            return
+        response.outputs.append(item)
+        previous = self.items.add(item) if response.conversation == "auto" else None
+        self._emit("response.output_item.added", response_id=response.id,
+                   output_index=response.index(item), item=item.as_json())
+        if response.conversation == "auto":
             self._emit("conversation.item.added", previous_item_id=previous,
                        item=item.as_json())
         item.content.append(response.content())
         self._emit("response.content_part.added", response_id=response.id, item_id=item.id,
-                   output_index=0, content_index=0, part=response.part())
-        response.task = self._spawn(self._respond(response), "realtime-response")
+                   output_index=response.index(item), content_index=0, part=response.part())
+
+    def _tool_delta(self, response: Response, delta: ToolCallDelta) -> None:
+        call = response.calls.get(delta.index)
+        if call is None:
+            if len(response.calls) >= 16:
+                return  # a bound: at most 16 calls in one response
+            call = Item(new_id("item"), "function_call", call_id=delta.id or new_id("call"),
+                        name=delta.name or "", arguments="", status="in_progress")
+            response.calls[delta.index] = call
+            response.outputs.append(call)
+            previous = self.items.add(call) if response.conversation == "auto" else None
+            self._emit("response.output_item.added", response_id=response.id,
+                       output_index=response.index(call), item=call.as_json())
+            if response.conversation == "auto":
+                self._emit("conversation.item.added", previous_item_id=previous,
+                           item=call.as_json())
+        if delta.name and not call.name:
+            call.name = delta.name
+        if delta.arguments and len(call.arguments or "") < 65_536:
+            call.arguments = (call.arguments or "") + delta.arguments
+            self._emit("response.function_call_arguments.delta", response_id=response.id,
+                       item_id=call.id, output_index=response.index(call),
+                       call_id=call.call_id, delta=delta.arguments)
+
+    async def _texts(self, response: Response) -> AsyncIterator[str]:
+        """The agent's reply with tools: its text pieces (the message opened on the first),
+        its tool calls handled on the way."""
+        agent: Any = self.hearing.agent
+        own = {i.id for i in response.outputs} | {response.item.id}
+        messages = chat_messages(response.context, response.instructions, own)
+        stream = agent.reply_with_tools(messages, response.tools, response.tool_choice)
+        async with contextlib.aclosing(stream) as pieces:
+            async for piece in pieces:
+                if response.done:
+                    return
+                if isinstance(piece, str):
+                    if piece:
+                        self._open_message(response)
+                        yield piece
+                else:
+                    self._tool_delta(response, piece)
 
     def _agent_input(self, response: Response) -> tuple[str, list[Message]]:
         return self._agent_input_for(response.context, response.instructions, response.item)
@@ -711,11 +777,13 @@ class RealtimeEngine:
         if pending and response.prepared is None:
             await asyncio.wait(pending, timeout=TRANSCRIPT_WAIT_S)
         text, history = self._agent_input(response)
+        pieces: AsyncIterator[str] = self._texts(response) if response.tools \
+            else self.hearing.agent.reply(text, history)
         try:
             if response.audio:
-                await self._speak(response, text, history)
+                await self._speak(response, pieces)
             else:
-                await self._write(response, text, history)
+                await self._write(response, pieces)
         except AgentError as exc:
             if not response.done:
                 self._finish(response, "failed", {"type": "failed", "error": {
@@ -724,23 +792,24 @@ class RealtimeEngine:
         if not response.done:
             self._finish(response, "completed")
 
-    async def _write(self, response: Response, text: str, history: Sequence[Message]) -> None:
-        stream = self.hearing.agent.reply(text, history)
+    async def _write(self, response: Response, stream: AsyncIterator[str]) -> None:
         async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 if response.done:
                     return
                 response.text.append(piece)
                 self._emit("response.output_text.delta", response_id=response.id,
-                           item_id=response.item.id, output_index=0, content_index=0,
-                           delta=piece)
+                           item_id=response.item.id, output_index=response.index(response.item),
+                           content_index=0, delta=piece)
 
-    async def _speak(self, response: Response, text: str, history: Sequence[Message]) -> None:
+    async def _speak(self, response: Response, pieces: AsyncIterator[str]) -> None:
         prepared = response.prepared
         if prepared is None:
-            stream = stream_clauses(self.hearing.agent.reply(text, history))
+            stream = stream_clauses(pieces)
         else:
             stream = prepared.clauses
+            with contextlib.suppress(Exception):
+                await pieces.aclose()  # type: ignore[attr-defined]  # never started
         async with contextlib.aclosing(stream) as clauses:
             if prepared is not None:
                 try:
@@ -797,30 +866,41 @@ class RealtimeEngine:
         for clause in response.clauses:
             self._by_utterance.pop(clause.utterance.id, None)
         item = response.item
-        if self.audio_out == "rtp":  # what the call's sink sent is what was heard
-            for clause in response.clauses:
-                clause.audio_ms = clause.utterance.frames_sent * 20.0
-            item.audio_ms = sum(c.audio_ms for c in response.clauses)
-            if status == "cancelled":
-                item.content[0]["transcript"] = heard_transcript(response.clauses,
-                                                                 item.audio_ms)
-        item.status = "completed" if status == "completed" else "incomplete"
-        item.content[0] = response.content()
+        final = "completed" if status == "completed" else "incomplete"
+        if item in response.outputs:
+            item.status = final
+            item.content[0] = response.content()
+            if self.audio_out == "rtp":  # what the call's sink sent is what was heard
+                for clause in response.clauses:
+                    clause.audio_ms = clause.utterance.frames_sent * 20.0
+                item.audio_ms = sum(c.audio_ms for c in response.clauses)
+                if status == "cancelled":
+                    item.content[0]["transcript"] = heard_transcript(response.clauses,
+                                                                     item.audio_ms)
+        for call in response.calls.values():
+            call.status = final
         if not emit:
             return
-        ids = {"response_id": response.id, "item_id": item.id, "output_index": 0,
-               "content_index": 0}
-        if response.audio:
-            self._emit("response.output_audio.done", **ids)
-            self._emit("response.output_audio_transcript.done", **ids,
-                       transcript=response.transcript)
-        else:
-            self._emit("response.output_text.done", **ids, text=response.transcript)
-        self._emit("response.content_part.done", **ids, part=response.part())
-        self._emit("response.output_item.done", response_id=response.id, output_index=0,
-                   item=item.as_json())
-        if response.conversation == "auto":
-            self._emit("conversation.item.done", item=item.as_json())
+        for output in response.outputs:
+            index = response.index(output)
+            if output is item:
+                ids = {"response_id": response.id, "item_id": item.id, "output_index": index,
+                       "content_index": 0}
+                if response.audio:
+                    self._emit("response.output_audio.done", **ids)
+                    self._emit("response.output_audio_transcript.done", **ids,
+                               transcript=response.transcript)
+                else:
+                    self._emit("response.output_text.done", **ids, text=response.transcript)
+                self._emit("response.content_part.done", **ids, part=response.part())
+            else:
+                self._emit("response.function_call_arguments.done", response_id=response.id,
+                           item_id=output.id, output_index=index, call_id=output.call_id,
+                           name=output.name, arguments=output.arguments or "")
+            self._emit("response.output_item.done", response_id=response.id,
+                       output_index=index, item=output.as_json())
+            if response.conversation == "auto":
+                self._emit("conversation.item.done", item=output.as_json())
         self._emit("response.done", response=response.as_json())
         if self.audio_out == "rtp" and self._playing is response and status != "cancelled":
             self._playing = None
@@ -846,7 +926,8 @@ class RealtimeEngine:
         clause.sent = True
         spoken = [c for c in response.clauses if c.sent]
         self._emit("response.output_audio_transcript.delta", response_id=response.id,
-                   item_id=response.item.id, output_index=0, content_index=0,
+                   item_id=response.item.id, output_index=response.index(response.item),
+                   content_index=0,
                    delta=clause.text if len(spoken) == 1 else " " + clause.text)
 
     async def _pump_audio(self) -> None:
@@ -879,8 +960,8 @@ class RealtimeEngine:
         response, clause = found
         if response.done or owner.utterance.state is UtteranceState.INTERRUPTED:
             return
-        ids = {"response_id": response.id, "item_id": response.item.id, "output_index": 0,
-               "content_index": 0}
+        ids = {"response_id": response.id, "item_id": response.item.id,
+               "output_index": response.index(response.item), "content_index": 0}
         if not clause.sent:
             self._transcript_delta(response, clause)
         assert response.encoder is not None
