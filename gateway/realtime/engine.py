@@ -265,6 +265,10 @@ class RealtimeEngine:
     def _session_json(self) -> dict[str, Any]:
         return self.config.as_json(self.id, self.expires_at)
 
+    def session_json(self) -> dict[str, Any]:
+        """The session's config as ``session.created`` shows it (GA)."""
+        return self._session_json()
+
     # -- client events ------------------------------------------------------------------------
     async def handle_text(self, text: str | bytes) -> None:
         """One message from the client; a bad one is answered with an ``error`` event."""

@@ -23,7 +23,7 @@ from gateway.realtime.keys import PREFIX as KEY_PREFIX
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError, new_id
 from gateway.realtime.session import RealtimeSession
-from gateway.realtime.websocket import serve
+from gateway.realtime.websocket import serve, serve_control
 from gateway.session.conversation import Conversation
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
 from gateway.session.sdp_policy import SdpRejected
@@ -161,6 +161,8 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
     if chosen is not None:
         ws = web.WebSocketResponse(protocols=(chosen,), max_msg_size=MAX_MESSAGE_BYTES,
                                    heartbeat=30.0)
+    if "call_id" in request.query:
+        return await _control(request, ws)
     try:
         session = door.open(request.query.get("model") or DEFAULT_MODEL, "realtime-websocket",
                             door.granted(request))
@@ -176,6 +178,21 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
         await session.close("upgrade failed")
         raise
     await serve(ws, session)
+    return ws
+
+
+async def _control(request: web.Request, ws: web.WebSocketResponse) -> web.StreamResponse:
+    """``GET /v1/realtime?call_id=…``: a backend watches and steers a call (not with an
+    ephemeral key: that is the browser's)."""
+    door = request.app[FRONT_DOOR]
+    if door.granted(request) is not None:
+        return refuse(403, "forbidden", "an ephemeral key cannot open a call's control socket")
+    session = door.registry.get(request.query["call_id"])
+    call = getattr(session, "duplex", None)
+    if session is None or not isinstance(call, RealtimeCall):
+        return refuse(404, "call_not_found", "no such call (it may have ended)")
+    await ws.prepare(request)
+    await serve_control(ws, call.engine, session.closed)
     return ws
 
 
