@@ -321,7 +321,8 @@ async def client_secrets(request: web.Request) -> web.Response:
     """GA: ``client.realtime.client_secrets.create(session=...)`` -> ``{value: "ek_…"}``."""
     try:
         raw, seconds, config = await _issue(request)
-        value, expires_at = request.app[FRONT_DOOR].keys.issue(raw, seconds)
+        door = request.app[FRONT_DOOR]
+        value, expires_at = door.keys.issue(raw, seconds, door.registry.id_prefix)
     except ClientError as exc:
         return refuse(400, exc.code, exc.message)
     except ValueError as exc:
@@ -344,7 +345,7 @@ async def beta_sessions(request: web.Request) -> web.Response:
             raise ClientError("invalid_json", "the body must be a JSON object")
         door = request.app[FRONT_DOOR]
         config = door.call_config(str(beta.get("model") or DEFAULT_MODEL), raw)
-        value, expires_at = door.keys.issue(raw, 60)  # beta keys lived a minute
+        value, expires_at = door.keys.issue(raw, 60, door.registry.id_prefix)  # beta: a minute
     except ClientError as exc:
         return refuse(400, exc.code, exc.message)
     return web.json_response({**session_to_beta(config.as_json(new_id("sess"), expires_at)),
