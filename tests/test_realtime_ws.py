@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 
 import aiohttp
@@ -414,3 +415,26 @@ async def test_function_calling_through_the_chat_backend(realtime):
         assert messages[-2]["tool_calls"][0]["id"] == call.call_id
         assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id,
                                 "content": '{"sky": "sun"}'}
+
+
+async def test_drain_and_idle_close_realtime_sockets(start_gateway):
+    gateway = await start_gateway(duplex=True, idle_timeout_s=0.6)
+    url = f"{gateway.url}/v1/realtime?model=m"
+    silence_chunk = base64.b64encode(bytes(4800)).decode()
+    started = time.monotonic()
+    async with gateway.http.ws_connect(url) as ws:
+        assert (await ws.receive_json(timeout=10))["type"] == "session.created"
+        while not ws.closed and time.monotonic() - started < 5:  # silence only: idle
+            await ws.send_json({"type": "input_audio_buffer.append", "audio": silence_chunk})
+            with contextlib.suppress(TimeoutError):
+                await ws.receive(timeout=0.1)
+        assert ws.closed and 0.6 <= time.monotonic() - started < 5
+    gateway = await start_gateway(duplex=True)
+    async with gateway.http.ws_connect(f"{gateway.url}/v1/realtime?model=m") as ws:
+        assert (await ws.receive_json(timeout=10))["type"] == "session.created"
+        await gateway.registry.drain(1.0)
+        closing = await ws.receive(timeout=5)
+        assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1001
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gateway.http.ws_connect(f"{gateway.url}/v1/realtime?model=m")
+    assert refused.value.status == 503

@@ -214,6 +214,8 @@ class RealtimeEngine:
         self._play_until = 0.0  # when the client has played everything sent (paced)
         self.closed = False
         self.events_in = 0
+        #: a client event other than an append, or the user's speech (the idle sweep's clock)
+        self.last_activity = time.monotonic()
         self.errors = 0
         self.barge_ins = 0
 
@@ -283,6 +285,8 @@ class RealtimeEngine:
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind, event_id = event["type"], event.get("event_id")
+        if kind != "input_audio_buffer.append":
+            self.last_activity = time.monotonic()
         if kind == "input_audio_buffer.append":
             await self._append(decode_audio(event), event_id)
         elif kind == "session.update":
@@ -451,6 +455,7 @@ class RealtimeEngine:
             item = Item(new_id("item"), "message", "user",
                         [{"type": "input_audio", "transcript": None}], status="in_progress")
             self._turn_items[listener.turn] = item
+            self.last_activity = time.monotonic()
             self._emit("input_audio_buffer.speech_started", audio_start_ms=self._ms(event.at),
                        item_id=item.id)
         elif isinstance(event, SpeechStopped):

@@ -43,10 +43,11 @@ class RealtimeSession:
         self.last_activity = time.monotonic()
 
     def idle_for(self, now: float) -> float:
-        """Seconds with no client event and nothing being answered."""
+        """Seconds with no request, no client event but appends (a microphone streaming
+        silence is idle), no speech heard and nothing being answered."""
         if self.engine.busy or not self.speaker.idle.is_set():
             self.last_activity = now
-        return now - self.last_activity
+        return now - max(self.last_activity, self.engine.last_activity)
 
     def close_soon(self, reason: str) -> None:
         if self._closing is None and not self.closed.is_set():
