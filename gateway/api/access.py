@@ -204,10 +204,12 @@ class RateLimiter:
 
 def _limited(request: web.Request) -> str | None:
     """Which limit a request counts against: 'sessions', 'speech' or None."""
+    path = request.path.rstrip("/")
+    if request.method == "GET" and path == "/v1/realtime" and "call_id" not in request.query:
+        return "sessions"  # a Realtime WebSocket is a new session
     if request.method != "POST":
         return None
-    path = request.path.rstrip("/")
-    if path == "/v1/sessions":
+    if path in ("/v1/sessions", "/v1/realtime", "/v1/realtime/calls"):
         return "sessions"
     if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):
         return "speech"

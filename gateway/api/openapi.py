@@ -77,6 +77,23 @@ OPERATIONS: tuple[Op, ...] = (
               ("pace", "asap|live", {"type": "string", "enum": ["asap", "live"]}))),
     Op("post", "/v1/speech/stream", "The gateway's framed Opus stream",
        {JSON: m.FrameStreamRequest}, {"200": ("frame records", {FRAMES: "binary"})}),
+    Op("get", "/v1/realtime", "The OpenAI Realtime API over a WebSocket (an upgrade; "
+       "?call_id=: a call's control socket); docs/realtime.md",
+       responses={"101": ("switching protocols: JSON events both ways", {})},
+       query=(("model", "the model name (echoed)", {"type": "string"}),
+              ("call_id", "a call to watch and steer", {"type": "string"}))),
+    Op("post", "/v1/realtime", "Realtime over WebRTC, the older flow: an SDP offer",
+       {SDP: "text"}, {"201": ("the answer SDP", {SDP: "text"})},
+       query=(("model", "the model name (echoed)", {"type": "string"}),)),
+    Op("post", "/v1/realtime/calls", "Realtime over WebRTC: the offer (and session config)",
+       {"multipart/form-data": "call", SDP: "text"},
+       {"201": ("the answer SDP; Location is the call", {SDP: "text"})}),
+    Op("post", "/v1/realtime/calls/{call_id}/hangup", "End a Realtime call",
+       responses={"200": ("ended", {})}),
+    Op("post", "/v1/realtime/client_secrets", "An ephemeral key (ek_...) for a browser",
+       {JSON: "object"}, {"200": ("the key, its expiry and session", {JSON: "object"})}),
+    Op("post", "/v1/realtime/sessions", "The beta flow's ephemeral key",
+       {JSON: "object"}, {"200": ("the session and its client_secret", {JSON: "object"})}),
     Op("get", "/v1/voices", "The voices", responses={"200": ("names", {JSON: m.Voices})},
        open=True),
     Op("get", "/v1/cache", "Phrase-cache counters",
@@ -109,6 +126,9 @@ def _schema(body: Body) -> dict[str, Any]:
             return {"type": "string", "format": "binary"}
         if body == "object":
             return {"type": "object"}
+        if body == "call":  # a Realtime call's multipart form
+            return {"type": "object", "required": ["sdp"], "properties": {
+                "sdp": {"type": "string"}, "session": {"type": "string"}}}
         if body == "sse":  # each event: its type and its JSON data
             return {"type": "object", "properties": {
                 "event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"},
@@ -162,7 +182,7 @@ def document(
     for op in OPERATIONS:
         params = [
             {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in ("session_id", "utterance_id") if "{" + name + "}" in op.path
+            for name in ("session_id", "utterance_id", "call_id") if "{" + name + "}" in op.path
         ] + [
             {"name": name, "in": "query", "required": "(required)" in text,
              "description": text, "schema": _query_schema(name, schema, voice_names, max_chars)}

@@ -135,6 +135,12 @@ FRONT_DOOR = web.AppKey("realtime", RealtimeFrontDoor)
 routes = web.RouteTableDef()
 
 
+def unavailable() -> web.Response:
+    """Without the hearing stack this gateway serves no Realtime API (404: not here)."""
+    return refuse(404, "realtime_unavailable", "the Realtime API needs the gateway's hearing "
+                  "(VAD, Whisper, the agent): start it with --duplex")
+
+
 def refuse(status: int, code: str, message: str, retry: bool = False) -> web.Response:
     headers = {"Retry-After": "5"} if retry else None
     return web.json_response({"error": {"code": code, "message": message,
@@ -151,8 +157,7 @@ def offered_protocols(request: web.Request) -> list[str]:
 async def realtime_socket(request: web.Request) -> web.StreamResponse:
     door = request.app[FRONT_DOOR]
     if not door.available:
-        return refuse(503, "realtime_unavailable", "the Realtime API needs the gateway's "
-                      "hearing: start it with --duplex")
+        return unavailable()
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=30.0)
     if not ws.can_prepare(request).ok:
         return refuse(426, "upgrade_required", "GET /v1/realtime is a WebSocket: upgrade it")
@@ -250,8 +255,7 @@ async def _call(request: web.Request, model: str) -> web.StreamResponse:
     arrived = time.monotonic()
     door = request.app[FRONT_DOOR]
     if not door.available:
-        return refuse(503, "realtime_unavailable", "the Realtime API needs the gateway's "
-                      "hearing: start it with --duplex")
+        return unavailable()
     beta = wants_beta(request.headers, [])
     try:
         offer, raw = await _offer_and_session(request)
@@ -319,6 +323,8 @@ async def _issue(request: web.Request) -> tuple[dict[str, Any] | None, int, Sess
 @routes.post("/v1/realtime/client_secrets")
 async def client_secrets(request: web.Request) -> web.Response:
     """GA: ``client.realtime.client_secrets.create(session=...)`` -> ``{value: "ek_…"}``."""
+    if not request.app[FRONT_DOOR].available:
+        return unavailable()
     try:
         raw, seconds, config = await _issue(request)
         door = request.app[FRONT_DOOR]
@@ -334,6 +340,8 @@ async def client_secrets(request: web.Request) -> web.Response:
 @routes.post("/v1/realtime/sessions")
 async def beta_sessions(request: web.Request) -> web.Response:
     """Beta: a session's config in the beta shape -> ``{client_secret: {value, expires_at}}``."""
+    if not request.app[FRONT_DOOR].available:
+        return unavailable()
     try:
         try:
             beta = await request.json() if request.can_read_body else {}
