@@ -25,15 +25,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gateway.agent.base import Agent, AgentError, Message
+from gateway.agent.base import AgentError, Message
 from gateway.agent.clauses import stream_clauses
 from gateway.agent.openai_chat import ToolCallDelta
-from gateway.listen.asr import RecognitionError, Recognizer
+from gateway.listen.asr import RecognitionError
 from gateway.listen.listener import (
     FinalTranscript,
     Listener,
@@ -62,11 +61,12 @@ from gateway.realtime.protocol import (
     parse_client_event,
     server_event,
 )
+from gateway.realtime.response import Clause, Hearing, Response, heard_transcript
 from gateway.realtime.tools import chat_messages, chat_tool_choice, chat_tools
 from gateway.session.conversation import Conversation
 from gateway.session.events import Event
 from gateway.speech.speaker import SpeechQueueFull
-from gateway.speech.utterance import Delivery, Utterance, UtteranceState
+from gateway.speech.utterance import Delivery, UtteranceState
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -79,95 +79,6 @@ MIN_COMMIT_MS = 100  # OpenAI's least committable buffer
 HISTORY_MESSAGES = 40
 TRANSCRIPT_WAIT_S = 30.0  # a response waits this long for its input's transcription
 SINK = "realtime"
-
-
-@dataclass
-class Hearing:
-    """What the gateway hears and answers with (``DuplexFactory``'s, shared by sessions)."""
-
-    recognizer: Recognizer
-    agent: Agent
-    vad: str = "silero"
-    barge_in_ms: int = 300
-    speculate_ms: int | None = 100
-    turn_silence_ms: int = 500
-
-
-@dataclass(eq=False)
-class Clause:
-    text: str
-    utterance: Utterance
-    sent: bool = False  # its transcript delta went out (with its first audio)
-    audio_ms: float = 0.0
-
-
-@dataclass(eq=False)
-class Response:
-    id: str
-    item: Item
-    modalities: list[str]
-    conversation: str  # "auto": its item joins the conversation; "none": out of band
-    instructions: str
-    context: list[Item]
-    output_format: dict[str, Any]
-    voice: Synthesizer
-    metadata: Any = None
-    status: str = "in_progress"
-    status_details: dict[str, Any] | None = None
-    clauses: list[Clause] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)  # text modality: what was sent
-    task: asyncio.Task[None] | None = None
-    encoder: OutputEncoder | None = None
-    prepared: PreparedReply | None = None  # begun on the tentative transcript
-    tools: list[dict[str, Any]] = field(default_factory=list)  # in the chat format
-    tool_choice: Any = None
-    outputs: list[Item] = field(default_factory=list)  # in output order
-    calls: dict[int, Item] = field(default_factory=dict)  # function calls by their index
-
-    def index(self, item: Item) -> int:
-        return self.outputs.index(item)
-
-    @property
-    def audio(self) -> bool:
-        return "audio" in self.modalities
-
-    @property
-    def done(self) -> bool:
-        return self.status != "in_progress"
-
-    @property
-    def transcript(self) -> str:
-        if not self.audio:
-            return "".join(self.text)
-        return " ".join(c.text for c in self.clauses if c.sent)
-
-    def part(self) -> dict[str, Any]:
-        """The ``response.content_part`` (``audio`` / ``text``)."""
-        if self.audio:
-            return {"type": "audio", "transcript": self.transcript}
-        return {"type": "text", "text": self.transcript}
-
-    def content(self) -> dict[str, Any]:
-        """The assistant item's content (``output_audio`` / ``output_text``)."""
-        if self.audio:
-            return {"type": "output_audio", "transcript": self.transcript}
-        return {"type": "output_text", "text": self.transcript}
-
-    def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "realtime.response", "status": self.status,
-                "status_details": self.status_details,
-                "output": [i.as_json() for i in self.outputs]
-                if self.status != "in_progress" else [],
-                "conversation_id": "conv_" + self.id[5:] if self.conversation == "auto"
-                else None,
-                "output_modalities": self.modalities, "max_output_tokens": "inf",
-                "audio": {"output": {"format": self.output_format, "voice": self.voice.name}},
-                "metadata": self.metadata,
-                "usage": None if self.status == "in_progress" else {
-                    "total_tokens": 0, "input_tokens": 0, "output_tokens": 0,
-                    "input_token_details": {"text_tokens": 0, "audio_tokens": 0,
-                                            "cached_tokens": 0},
-                    "output_token_details": {"text_tokens": 0, "audio_tokens": 0}}}
 
 
 VoiceResolver = Callable[[str], Synthesizer]
@@ -184,7 +95,7 @@ class RealtimeEngine:
         self.hearing = hearing
         self.voices = voices
         self.config = config
-        self.outbox = outbox or Outbox()
+        self.outbox = outbox if outbox is not None else Outbox()
         self.expires_at = int(time.time() + expires_s)
         self.items = Items()
         self.response: Response | None = None
@@ -282,6 +193,10 @@ class RealtimeEngine:
             await self.handle(event)
         except ClientError as exc:
             self._error(exc)
+        except Exception as exc:  # a bug of ours: this event fails, the session goes on
+            log.exception("realtime event failed")
+            self._error(ClientError("server_error", f"the event failed: {exc!r}",
+                                    type="server_error"))
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind, event_id = event["type"], event.get("event_id")
@@ -368,7 +283,11 @@ class RealtimeEngine:
         self.listener = self._listen_task = None
         if old is not None:
             self._spawn(_close_listener(old, old_task), "listener-close")
+        for item in self._turn_items.values():  # its turn will not be transcribed now
+            if item.transcribed is not None and not item.transcribed.done():
+                self._transcribed(item, None, "the turn detector was reconfigured mid-turn")
         self._turn_items.clear()
+        self._pending = np.zeros(0, dtype=np.int16)
         vad = self.config.vad
         if vad is None:
             return
@@ -997,24 +916,6 @@ class RealtimeEngine:
                 "turn_detection": (self.config.turn_detection or {}).get("type"),
                 "response": None if self.response is None else
                 {"id": self.response.id, "status": self.response.status}}
-
-
-def heard_transcript(clauses: list[Clause], audio_end_ms: float) -> str:
-    """The transcript as far as ``audio_end_ms`` of the audio was heard: whole clauses, and of
-    the clause playing then, its words in proportion to its audio heard."""
-    words: list[str] = []
-    at = 0.0
-    for clause in clauses:
-        if not clause.sent or at >= audio_end_ms:
-            break
-        if at + clause.audio_ms <= audio_end_ms:
-            words.extend(clause.text.split())
-        else:
-            share = (audio_end_ms - at) / clause.audio_ms if clause.audio_ms else 0
-            pieces = clause.text.split()
-            words.extend(pieces[: int(len(pieces) * share)])
-        at += clause.audio_ms
-    return " ".join(words)
 
 
 async def _close_listener(listener: Listener, task: asyncio.Task[None] | None) -> None:

@@ -17,11 +17,12 @@ from aiohttp import BodyPartReader, web
 from gateway.realtime.beta import session_to_beta, session_to_ga, wants_beta
 from gateway.realtime.call import RealtimeCall
 from gateway.realtime.config import SessionConfig
-from gateway.realtime.engine import Hearing, RealtimeEngine
+from gateway.realtime.engine import RealtimeEngine
 from gateway.realtime.keys import DEFAULT_S, EphemeralKeys
 from gateway.realtime.keys import PREFIX as KEY_PREFIX
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError, new_id
+from gateway.realtime.response import Hearing
 from gateway.realtime.session import RealtimeSession
 from gateway.realtime.websocket import serve, serve_control
 from gateway.session.conversation import Conversation
