@@ -123,6 +123,7 @@ class RealtimeEngine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pump: asyncio.Task[None] | None = None
         self._play_until = 0.0  # when the client has played everything sent (paced)
+        self.lead_s = OUTPUT_LEAD_MS / 1000  # how far ahead of real time audio may be sent
         self.closed = False
         self.events_in = 0
         #: a client event other than an append, or the user's speech (the idle sweep's clock)
@@ -866,8 +867,8 @@ class RealtimeEngine:
             await queue.wait_ready()
             await self.outbox.wait_room()
             ahead = self._play_until - loop.time()
-            if ahead > OUTPUT_LEAD_MS / 1000:
-                await asyncio.sleep(ahead - OUTPUT_LEAD_MS / 1000)
+            if ahead > self.lead_s:
+                await asyncio.sleep(ahead - self.lead_s)
                 continue
             run = queue.pop_run(DELTA_FRAMES)
             if run is None:
