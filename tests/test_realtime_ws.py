@@ -438,3 +438,35 @@ async def test_drain_and_idle_close_realtime_sockets(start_gateway):
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await gateway.http.ws_connect(f"{gateway.url}/v1/realtime?model=m")
     assert refused.value.status == 503
+
+
+@needs_espeak
+@pytest.mark.voice
+async def test_piper_answers_a_spoken_question_in_words_whisper_understands(start_gateway):
+    """The whole loop with the real voice: espeak-ng asks, Whisper hears, Piper answers over
+    the Realtime socket, and Whisper (the gateway's own recogniser) hears the answer's words."""
+    piper_voice = pytest.importorskip("gateway.tts.piper_voice")
+    if not piper_voice.piper_available():
+        pytest.skip("the [voice] extra (Piper)")
+    from gateway.tts.registry import VoiceRegistry
+
+    gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer(
+        name="joe")]), duplex=True)
+    sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    conn = await sdk.realtime.connect(model="gpt-realtime", max_retries=0).enter()
+    rt = Client(conn)
+    try:
+        await rt.first("session.created")
+        await rt.stream(pcm24k(concat(speak("Where is the nearest train station?"),
+                                      silence(1.5))))
+        done = await rt.first("response.done")
+        assert done.response.status == "completed"
+        pcm = np.frombuffer(rt.audio(done.response.id), dtype="<i2")
+        assert len(pcm) > 24_000  # over a second of speech
+        heard = soxr.resample(pcm.astype(np.float32) / 32768, 24_000, 16_000)
+        recognizer = gateway.registry.duplex.recognizer
+        words = (await recognizer.transcribe(heard, final=True)).text.lower()
+        assert "train" in words and "station" in words, words
+    finally:
+        rt._task.cancel()
+        await conn.close()
