@@ -9,12 +9,12 @@ import asyncio
 import json
 
 from gateway.agent.echo import EchoAgent
+from gateway.conversation.conversation import Conversation
 from gateway.media.opus_codec import EncoderSettings
 from gateway.realtime.config import SessionConfig
 from gateway.realtime.engine import RealtimeEngine
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.response import Hearing
-from gateway.session.conversation import Conversation
 from gateway.tts.tone import ToneSynthesizer
 
 

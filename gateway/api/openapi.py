@@ -1,27 +1,38 @@
 """The API described: an OpenAPI 3.1 document generated from the request/response models that
 validate input (api/models.py, stream/openai_speech.py), served at ``/openapi.json``, rendered
-at ``/docs`` with Swagger UI (swagger-ui-dist from npm, installed into web/vendor by
-``make``; no CDN at run time). ``OPERATIONS`` names each route's models; a test checks that
+at ``/docs`` with Swagger UI, whose files ``/docs/{file}`` serves from the installed
+``swagger-ui-bundle-v2`` package (a hard dependency from PyPI, so running needs no npm; no CDN at
+run time). ``OPERATIONS`` names each route's models; a test checks that
 every route the app serves is described, so the document cannot drift from the routes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from gateway import __version__
+from gateway.api import channel_models as cm
 from gateway.api import models as m
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES
-from gateway.stream.openai_speech import MEDIA_TYPES, SpeechRequest
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES
+from gateway.http.openai_speech import MEDIA_TYPES, SpeechRequest
 
 SDP, SDPFRAG = "application/sdp", "application/trickle-ice-sdpfrag"
 JSON, SSE = "application/json", "text/event-stream"
 MAX_QUERY_TEXT = 2000  # characters of text in a GET query (percent-encoded, within 8 KB)
 Body = type[BaseModel] | str  # a model (JSON) or a media type of a text/binary body
+#: Swagger UI's files that /docs loads, and their media types: all that /docs/{file} serves
+SWAGGER_UI_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css"}
+PATH_PARAMS: dict[str, dict[str, Any]] = {
+    "session_id": {"type": "string"}, "utterance_id": {"type": "string"},
+    "name": {"type": "string"}, "listener_id": {"type": "string"}, "call_id": {"type": "string"},
+    "file": {"type": "string", "enum": list(SWAGGER_UI_FILES)},
+}
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,40 @@ OPERATIONS: tuple[Op, ...] = (
        {JSON: "object"}, {"200": ("the key, its expiry and session", {JSON: "object"})}),
     Op("post", "/v1/realtime/sessions", "The beta flow's ephemeral key",
        {JSON: "object"}, {"200": ("the session and its client_secret", {JSON: "object"})}),
+    Op("post", "/v1/channels", "Create a broadcast channel (docs/channels.md)",
+       {JSON: cm.ChannelCreate}, {"201": ("the channel; Location is its URL",
+                                          {JSON: cm.ChannelSummary})}),
+    Op("get", "/v1/channels", "The channels, with listener counts",
+       responses={"200": ("every channel this token may see", {JSON: cm.ChannelList})}),
+    Op("get", "/v1/channels/{name}", "A channel's state: listeners, frames aired, what plays",
+       responses={"200": ("state", {JSON: "object"})}),
+    Op("delete", "/v1/channels/{name}", "End a channel and all its listeners",
+       responses={"204": ("closed", {})}),
+    Op("post", "/v1/channels/{name}/speech", "Say something on a channel",
+       {JSON: m.SpeechCreate}, {"202": ("queued (or replacing what plays, with interrupt)",
+                                        {JSON: "object"})}),
+    Op("delete", "/v1/channels/{name}/speech", "Stop speaking on a channel now",
+       responses={"200": ("utterances cut", {JSON: m.Interrupted})}),
+    Op("post", "/v1/channels/{name}/whep", "Listen over WebRTC: WHEP offer -> answer",
+       {SDP: "text"}, {"201": ("the answer; Location is the listener's resource",
+                               {SDP: "text"})}),
+    Op("get", "/v1/channels/{name}/listeners/{listener_id}", "A WHEP listener's state",
+       responses={"200": ("connection, packets, lag", {JSON: "object"})}),
+    Op("patch", "/v1/channels/{name}/listeners/{listener_id}",
+       "Trickle ICE candidates, or (new ice-ufrag/pwd + If-Match) restart ICE",
+       {SDPFRAG: "text"}, {"204": ("candidates added", {}),
+                           "200": ("ICE restarted: the gateway's sdpfrag", {SDPFRAG: "text"})}),
+    Op("delete", "/v1/channels/{name}/listeners/{listener_id}", "End a WHEP listener",
+       responses={"204": ("closed", {})}),
+    Op("get", "/v1/channels/{name}/listen", "Listen over HTTP: the air, live",
+       responses={"200": ("the audio until the channel or the listener ends",
+                          {"audio/ogg": "binary", "audio/pcm": "binary", "audio/wav": "binary",
+                           FRAMES: "binary"})},
+       query=(("format", "opus|pcm|wav|frames",
+               {"type": "string", "enum": ["opus", "pcm", "wav", "frames"]}),)),
+    Op("get", "/v1/channels/{name}/events", "A channel's events (Server-Sent Events)",
+       responses={"200": ("utterances, captions, listeners joining and leaving",
+                          {SSE: "sse"})}),
     Op("get", "/v1/voices", "The voices", responses={"200": ("names", {JSON: m.Voices})},
        open=True),
     Op("get", "/v1/cache", "Phrase-cache counters",
@@ -106,6 +151,9 @@ OPERATIONS: tuple[Op, ...] = (
        responses={"200": ("OpenAPI 3.1", {JSON: "object"})}, open=True),
     Op("get", "/docs", "This document, rendered", responses={"200": ("HTML", {"text/html":
                                                                             "text"})},
+       open=True),
+    Op("get", "/docs/{file}", "Swagger UI's files, from the installed swagger-ui-bundle-v2",
+       responses={"200": ("the file", {media: "text" for media in SWAGGER_UI_FILES.values()})},
        open=True),
 )
 
@@ -140,7 +188,7 @@ def _schema(body: Body) -> dict[str, Any]:
 def _constrain(defs: dict[str, Any], voices: list[str], max_chars: int) -> None:
     """What the models check against the running gateway (its voices, its text limit) goes
     into the document too, so a client (or Schemathesis) knows exactly what is accepted."""
-    from gateway.stream.openai_speech import OPENAI_VOICES
+    from gateway.http.openai_speech import OPENAI_VOICES
 
     names = {"type": "string", "enum": voices}
     text = {"type": "string", "minLength": 1, "maxLength": max_chars, "pattern": r"\S"}
@@ -181,8 +229,8 @@ def document(
              "content": {JSON: {"schema": _schema(m.ErrorBody)}}}
     for op in OPERATIONS:
         params = [
-            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-            for name in ("session_id", "utterance_id", "call_id") if "{" + name + "}" in op.path
+            {"name": name, "in": "path", "required": True, "schema": schema}
+            for name, schema in PATH_PARAMS.items() if "{" + name + "}" in op.path
         ] + [
             {"name": name, "in": "query", "required": "(required)" in text,
              "description": text, "schema": _query_schema(name, schema, voice_names, max_chars)}
@@ -229,11 +277,25 @@ def document(
     return doc
 
 
+@cache
+def swagger_ui_file(name: str) -> Path | None:
+    """The path of one of Swagger UI's files in the installed package; None when ``name`` is not
+    one /docs loads, or the package (or the file) is not installed."""
+    if name not in SWAGGER_UI_FILES:
+        return None
+    try:
+        from swagger_ui_bundle import swagger_ui_path
+    except ImportError:
+        return None
+    path = Path(str(swagger_ui_path)) / name
+    return path if path.is_file() else None
+
+
 DOCS_PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>Voice gateway API</title>
-<link rel="stylesheet" href="/web/vendor/swagger-ui/swagger-ui.css"></head>
+<link rel="stylesheet" href="/docs/swagger-ui.css"></head>
 <body><div id="ui"></div>
-<script src="/web/vendor/swagger-ui/swagger-ui-bundle.js"></script>
+<script src="/docs/swagger-ui-bundle.js"></script>
 <script>window.ui = SwaggerUIBundle({url: "/openapi.json", dom_id: "#ui"});</script>
 </body></html>
 """

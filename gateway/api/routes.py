@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -17,17 +18,20 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway import __version__
 from gateway.api.errors import ApiError
 from gateway.api.models import JsonOffer, SpeechCreate, parse
-from gateway.api.openapi import DOCS_PAGE
+from gateway.api.openapi import DOCS_PAGE, SWAGGER_UI_FILES, swagger_ui_file
+from gateway.api.sdp_limits import CandidateBudget, SdpLimitExceeded, SdpLimits, checked_sdp
+from gateway.http.speakable import unspeakable
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
-from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import SdpRejected
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"
@@ -39,6 +43,8 @@ LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
 STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 OPENAPI = web.AppKey("openapi", dict)
+SDP_LIMITS = web.AppKey("sdp_limits", SdpLimits)
+CANDIDATES = web.AppKey("candidate_budget", CandidateBudget)
 # Scale-out (gateway.cluster): Locations are absolute under this URL (--advertise-url), and
 # a supervised worker adds its load to /healthz
 BASE_URL = web.AppKey("base_url", str)
@@ -86,6 +92,8 @@ def checked_text(request: web.Request, text: str) -> str:
     limit = request.app[LIMITS]["max_text_chars"]
     if not text.strip():
         raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if (reason := unspeakable(text)) is not None:
+        raise ApiError(400, "invalid_text", reason)
     if len(text) > limit:
         raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
     return text
@@ -155,8 +163,10 @@ async def create_session(request: web.Request) -> web.Response:
         offer = await body_text(request)
     else:
         offer = parse(JsonOffer, await _json_body(request)).sdp
+    offer, candidates = _checked(request, offer)
     try:
         session, answer = await request.app[REGISTRY].create(offer, arrived_at(request))
+        request.app[CANDIDATES].charge(session.webrtc, candidates)
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except Draining as exc:
@@ -194,6 +204,18 @@ async def delete_session(request: web.Request) -> web.Response:
     session = _session(request)
     await session.close("deleted by client")
     return web.Response(status=204)
+
+
+def checked_offer(request: web.Request, text: str) -> tuple[str, int]:
+    """An offer within the SDP limits (else 400 naming the limit), and its candidate count."""
+    return _checked(request, text)
+
+
+def _checked(request: web.Request, text: str, fragment: bool = False) -> tuple[str, int]:
+    try:
+        return checked_sdp(text, request.app[SDP_LIMITS], fragment=fragment)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, exc.code, f"{exc.limit}: {exc.message}") from exc
 
 
 def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, str | None]:
@@ -239,14 +261,23 @@ async def trickle_ice(request: web.Request) -> web.Response:
     gateway's new sdpfrag and ETag. A stale ETag is 412; a failed restart leaves the session as
     it was."""
     session = _session(request)
+    return await patch_webrtc_leg(request, session.webrtc)
+
+
+async def patch_webrtc_leg(request: web.Request, leg: WebRtcLeg) -> web.Response:
+    """A WHEP resource's PATCH on ``leg`` (a session's, or a channel listener's): trickle or
+    ICE restart, as ``trickle_ice`` says."""
     _require_type(request, SDPFRAG)
-    leg = session.webrtc
-    body = await body_text(request)
+    body, count = _checked(request, await body_text(request), fragment=True)
+    try:
+        request.app[CANDIDATES].charge(leg, count)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, "sdp_limit", f"{exc.limit}: {exc.message}") from exc
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
                        f"{leg.etag}", {"ETag": leg.etag})
-    mid = session.offer.audio_mid if session.offer else None
+    mid = leg.offer.audio_mid if leg.offer else None
     candidates, end, _ = parse_sdpfrag(body, mid)
     ufrag, pwd = sdpfrag_credentials(body)
     if ufrag is not None and ufrag != leg.remote_ufrag:
@@ -308,9 +339,12 @@ async def get_utterance(request: web.Request) -> web.Response:
         raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
     if request.query.get("wait") not in (None, "", "0", "false"):
         try:
-            timeout = min(float(request.query.get("timeout", "60")), 60.0)
-        except ValueError as exc:
-            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds") from exc
+            timeout = float(request.query.get("timeout", "60"))
+        except ValueError:
+            timeout = math.nan
+        if not 0 <= timeout:  # NaN too
+            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds >= 0")
+        timeout = min(timeout, 60.0)
         event = utterance.started if request.query["wait"] == "sent" else utterance.finished
         if not event.is_set():
             closed = asyncio.ensure_future(session.closed.wait())
@@ -405,5 +439,19 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 @routes.get("/docs")
 async def api_docs(request: web.Request) -> web.Response:
-    """Swagger UI (from web/vendor, installed by make) rendering /openapi.json."""
+    """Swagger UI rendering /openapi.json; its files come from ``/docs/{file}``."""
     return web.Response(text=DOCS_PAGE, content_type="text/html")
+
+
+@routes.get("/docs/{file}")
+async def api_docs_file(request: web.Request) -> web.FileResponse:
+    """One of Swagger UI's files, from the installed swagger-ui-bundle-v2 package (a 404 JSON
+    error for any other name, or when the package is missing)."""
+    name = request.match_info["file"]
+    path = swagger_ui_file(name)
+    if path is None:
+        message = (f"{name!r} is not one of Swagger UI's files ({', '.join(SWAGGER_UI_FILES)})"
+                   if name not in SWAGGER_UI_FILES else
+                   f"Swagger UI's {name} is not installed (pip install swagger-ui-bundle-v2)")
+        raise ApiError(404, "not_found", message)
+    return web.FileResponse(path, headers={"Content-Type": SWAGGER_UI_FILES[name]})

@@ -22,7 +22,6 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.chunked_writer import ChunkedBodyWriter
 from gateway.api.models import FrameStreamRequest, parse
 from gateway.api.routes import (
     CACHE,
@@ -34,19 +33,20 @@ from gateway.api.routes import (
     checked_text,
     voice_named,
 )
-from gateway.media.opus_codec import EncoderSettings
-from gateway.session.conversation import Conversation
-from gateway.session.http_leg import HttpStreamLeg, StreamOptions
-from gateway.stream import formatters
-from gateway.stream.flush_policy import FlushPolicy, tcp_rtt_ms
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
-from gateway.stream.openai_speech import (
+from gateway.conversation.conversation import Conversation
+from gateway.http import formatters
+from gateway.http.chunked_writer import ChunkedBodyWriter
+from gateway.http.flush_policy import FlushPolicy, tcp_rtt_ms
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
+from gateway.http.leg import HttpStreamLeg, StreamFailed, StreamOptions
+from gateway.http.openai_speech import (
     MEDIA_TYPES,
     SpeechRequest,
     SpeechRequestError,
     parse_speech_request,
 )
-from gateway.stream.transcode import supported_formats
+from gateway.http.transcode import supported_formats
+from gateway.media.opus_codec import EncoderSettings
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -186,6 +186,12 @@ async def stream_response(
         body = ChunkedBodyWriter(request, response)
         await leg.run(utterance, body.write, body.write_now)
         await response.write_eof()
+    except StreamFailed as exc:
+        # No error record in this format: end without the last chunk, so the reader sees a
+        # truncated body (never a clean 200 that is missing its end)
+        log.warning("HTTP stream cut: synthesis failed: %s", exc)
+        if request.transport is not None:
+            request.transport.close()
     except (ConnectionResetError, ConnectionError) as exc:
         log.info("HTTP stream ended by the client: %r", exc)
     finally:

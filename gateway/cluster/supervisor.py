@@ -46,6 +46,8 @@ from yarl import URL
 from gateway import __version__
 from gateway.api.access import EXPOSE_HEADERS
 from gateway.api.errors import ApiError, Handler, json_errors
+from gateway.api.rate_store import create_shared, shared_path
+from gateway.api.timeouts import connection_limits, guard_runner, serve_options
 from gateway.cluster import ws_proxy
 from gateway.cluster.directory import RedisDirectory, Unavailable, WorkerStatus
 from gateway.cluster.identity import ENV, WorkerIdentity
@@ -603,8 +605,13 @@ class Supervisor:
 
     async def run(self) -> None:
         await self.upstream.start()
-        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        limits = connection_limits(self.config)
+        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
+                               **serve_options(limits))
         await runner.setup()
+        guard_runner(runner, limits)  # the public port's timeouts and per-address cap
+        rate_file = shared_path(os.getpid())
+        create_shared(rate_file)  # the workers' shared rate limit buckets (api/rate_store.py)
         try:
             site = web.TCPSite(runner, self.config.host, self.config.port)
             await site.start()  # first: a port in use fails before any worker starts
@@ -629,6 +636,8 @@ class Supervisor:
                     await self.directory.drop_node(self.node)
                 await self.directory.close()
             await runner.cleanup()
+            with contextlib.suppress(OSError):
+                os.unlink(rate_file)
             await self.upstream.close()
 
     async def _drain(self) -> None:

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from gateway.agent.base import AgentError, Message
-from gateway.agent.clauses import stream_clauses
 from gateway.agent.openai_chat import ToolCallDelta
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.events import Event
 from gateway.listen.asr import RecognitionError
 from gateway.listen.listener import (
     FinalTranscript,
@@ -63,10 +64,9 @@ from gateway.realtime.protocol import (
 )
 from gateway.realtime.response import Clause, Hearing, Response, heard_transcript
 from gateway.realtime.tools import chat_messages, chat_tool_choice, chat_tools
-from gateway.session.conversation import Conversation
-from gateway.session.events import Event
 from gateway.speech.speaker import SpeechQueueFull
 from gateway.speech.utterance import Delivery, UtteranceState
+from gateway.text.streaming import stream_clauses
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,8 @@ from typing import Any
 
 from aiohttp import BodyPartReader, web
 
+from gateway.conversation.conversation import Conversation
+from gateway.http.openai_speech import OPENAI_VOICES
 from gateway.realtime.beta import session_to_beta, session_to_ga, wants_beta
 from gateway.realtime.call import RealtimeCall
 from gateway.realtime.config import SessionConfig
@@ -25,13 +27,11 @@ from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError, new_id
 from gateway.realtime.response import Hearing
 from gateway.realtime.session import RealtimeSession
 from gateway.realtime.websocket import serve, serve_control
-from gateway.session.conversation import Conversation
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
-from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
-from gateway.stream.openai_speech import OPENAI_VOICES
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.sdp_policy import SdpRejected
 
 DEFAULT_MODEL = "gpt-realtime"
 #: the subprotocols browsers send (``realtime``, ``openai-insecure-api-key.<key>``,

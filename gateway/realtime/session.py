@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.conversation.conversation import Conversation
 from gateway.realtime.engine import RealtimeEngine
-from gateway.session.conversation import Conversation
 from gateway.speech.speaker import Speaker
 
 log = logging.getLogger(__name__)

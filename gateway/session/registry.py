@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
 
+from gateway.conversation.duplex import DuplexFactory
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
 from gateway.runtime.gc_policy import GcPolicy
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
-from gateway.session.options import SessionOptions
 from gateway.session.session import Session, new_session_id
 from gateway.speech.phrase_cache import PhraseCache
 

@@ -28,6 +28,7 @@ from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
 from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
 from gateway.tts.base import SynthesisError, Synthesizer, open_stream
+from gateway.tts.synthesis_limits import limited_stream
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,7 @@ class Speaker:
         framer = Framer(FRAME_SAMPLES)
         resampler = RateFollower()
         started = time.monotonic()
-        stream = open_stream(voice, text, instructions)
+        stream = limited_stream(open_stream(voice, text, instructions), text)
         async with contextlib.aclosing(stream) as chunks:
             async for chunk in chunks:
                 if progress.first_pcm_at is None:
