@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.conversation import teardown
 from gateway.conversation.conversation import Conversation
 from gateway.realtime.engine import RealtimeEngine
+from gateway.runtime import gc_policy
 from gateway.speech.speaker import Speaker
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,12 @@ class RealtimeSession:
             if self._on_closed is not None:
                 self._on_closed(self)
             self._on_closed = None
+            self._closing = None
+            try:  # its reference cycles cut: refcounting frees it (no full collection)
+                teardown.release_speech(self)
+                gc_policy.watch_closed([self, self.conversation, self.speaker, self.engine])
+            except Exception:
+                log.exception("realtime session %s: teardown failed", self.id)
 
     def state(self) -> dict[str, Any]:
         speaker = self.speaker
