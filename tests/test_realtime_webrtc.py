@@ -16,9 +16,10 @@ from aiortc.mediastreams import MediaStreamError
 from gateway.testing.mic_track import RecordedMic
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak
 from tests.helpers import dominant_frequency
+from tests.installed import need_module, needs
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [pytest.mark.asr]
 
 
@@ -140,7 +141,7 @@ async def test_a_call_speaks_a_text_turn_on_its_rtp_track(calling):
     assert abs(dominant_frequency(pcm[start:start + 48_000], 48_000) - 440.0) < 3.0
 
 
-@pytest.mark.skipif(not have_espeak(), reason="espeak-ng speaks the question")
+@needs("espeak-ng", have_espeak(), "speaks the question (Debian)")
 async def test_the_microphone_is_heard_and_answered_and_a_barge_in_truncates(calling):
     peer = await calling(concat(speak("What is the weather like in Paris?"), silence(1.0)),
                          session={"type": "realtime", "audio": {"input": {

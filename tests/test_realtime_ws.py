@@ -18,12 +18,13 @@ from gateway.realtime.audio_formats import PCMU, decode_g711
 from gateway.realtime.protocol import MAX_APPEND_BYTES
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak, trim
 from tests.helpers import dominant_frequency
+from tests.installed import need_module, needs
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("websockets", reason="the openai SDK's realtime transport")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("websockets", "the dev tools (the openai SDK's realtime transport)")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [pytest.mark.asr]
-needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng speaks the questions")
+needs_espeak = needs("espeak-ng", have_espeak(), "speaks the questions (Debian)")
 
 
 def pcm24k(pcm16k: np.ndarray) -> bytes:
