@@ -17,7 +17,7 @@ help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
 	@echo "make test   install everything the tests need and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
-	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser; ~15-30 min)"
+	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser) + 10 min of Schemathesis stateful on the HTTP API (~25-40 min)"
 
 # Swagger UI for /docs, from npm (no CDN at run time); the page works without it.
 SWAGGER_UI_VERSION := 5.35.0
