@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,12 +35,13 @@ SECONDS = os.environ.get("FUZZ_HTTP_SECONDS") or ("600" if FUZZING else "20")
                     reason="schemathesis is a dev dependency")
 async def test_stateful_schemathesis_finds_nothing_against_the_live_server():
     port = free_port()
+    log = tempfile.TemporaryFile("w+")  # a file: a full pipe would block the server's logging
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway", "--host", "127.0.0.1", "--port", str(port),
          "--ice-hosts", "127.0.0.1", "--voice", "tone:440?seconds=0.1", "--log-level",
          "INFO", "--max-text-chars", "500", "--max-speech-seconds", "5",
          "--max-remote-candidates", "8", "--max-sessions", "200", "--connect-timeout", "2"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     try:
         await _healthy(port)
@@ -56,5 +58,8 @@ async def test_stateful_schemathesis_finds_nothing_against_the_live_server():
         assert run.returncode == 0, run.stdout[-6000:]
     finally:
         proc.kill()
-        server_log = proc.stdout.read() if proc.stdout else ""
+        proc.wait(10)
+        log.seek(0)
+        server_log = log.read()
+        log.close()
     assert "Traceback" not in server_log, server_log[-4000:]
