@@ -9,7 +9,7 @@ import json
 import aiohttp
 import pytest
 
-from gateway.tts.clause_bound import MAX_CLAUSE_CHARS, bound_clause
+from gateway.text.clause_bound import MAX_CLAUSE_CHARS, bound_clause
 from tests.abuse_probe import LoopStall, RssPeak, cpu_seconds_between
 
 SPEECH = "/v1/audio/speech"

@@ -13,11 +13,12 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from gateway import aiortc_compat
 from gateway.testing.mic_track import RecordedMic
 from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, speak, trim
+from tests.installed import need_module, needs
 
-faster_whisper = pytest.importorskip("faster_whisper", reason="the [listen] extra")
+faster_whisper = need_module("faster_whisper", "the [listen] extra")
 pytestmark = [
     pytest.mark.asr,
-    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+    needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
 ]
 
 
@@ -190,3 +191,19 @@ async def test_an_llm_reply_is_spoken_before_it_is_complete_and_a_failure_is_an_
         # history: the second request carried the first exchange
         assert [m["role"] for m in chat.requests[1].body["messages"]] == [
             "system", "user", "assistant", "user"]
+
+
+async def test_the_turn_model_ends_a_finished_question_and_the_reply_was_prepared(talking):
+    pcm = concat(speak("Can you tell me the weather for tomorrow?"), silence(2.0))
+    talk = await talking(pcm, turn_detector="smart-turn")
+    await talk.until(lambda: talk.of("reply"))
+    final = next(t for t in talk.of("transcript") if t["final"])
+    assert "weather" in final["text"].lower()
+    async with talk.gateway.http.get(talk.location) as r:
+        state = await r.json()
+    duplex = state["duplex"]
+    assert duplex["turn_detector"] == "smart-turn"
+    assert duplex["turn_model"]["inferences"] >= 1 and duplex["turn_model"]["failures"] == 0
+    (turn,) = duplex["turns"]
+    # the turn ended on the speculative transcript, so the reply began before the end
+    assert turn["asr"]["speculative"] and turn["reply_prepared"]

@@ -9,6 +9,8 @@ from aiohttp import web
 
 from gateway import aiortc_compat
 from gateway.api.access import RATE_STORE, AccessPolicy, middlewares
+from gateway.api.channel_routes import CHANNELS
+from gateway.api.channel_routes import routes as channel_routes
 from gateway.api.errors import ApiError, Handler, json_errors
 from gateway.api.openapi import document
 from gateway.api.rate_store import LocalBuckets, RedisBuckets
@@ -26,10 +28,14 @@ from gateway.api.routes import (
 from gateway.api.sdp_limits import CandidateBudget, SdpLimits
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
+from gateway.channels.registry import ChannelRegistry
 from gateway.config import GatewayConfig
+from gateway.conversation.duplex import DuplexFactory
+from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
 from gateway.net.udp_mux import MuxGroup
+from gateway.realtime import routes as realtime
+from gateway.realtime.keys import EphemeralKeys
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.tts import synthesis_limits
@@ -57,10 +63,12 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
-        jwt_secret=config.auth_jwt_secret, jwt_max_lifetime_s=config.auth_jwt_max_lifetime_s,
+        jwt_secret=config.auth_jwt_secret, listen_tokens=config.listen_tokens,
+        jwt_max_lifetime_s=config.auth_jwt_max_lifetime_s,
         jwt_audience=config.auth_jwt_audience, jwt_issuer=config.auth_jwt_issuer,
         sessions_per_s=config.rate_limit_sessions, requests_per_s=config.rate_limit_requests,
         speech_per_s=config.rate_limit_speech, trusted_proxies=config.trusted_proxies,
+        ephemeral=EphemeralKeys(),
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
@@ -86,6 +94,10 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
+    app[CHANNELS] = ChannelRegistry(
+        config.rtc_configuration(), options, config.max_channels,
+        config.channel_max_listeners, phrase_cache=cache, udp_mux=udp_mux,
+    )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
     # a supervised worker without Redis swaps in the node's shared file (cluster/worker.py)
     app[RATE_STORE] = RedisBuckets(config.redis_url) if config.redis_url else LocalBuckets()
@@ -108,6 +120,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     app.add_routes(routes)
     app.add_routes(speech_routes)
+    add_elevenlabs_routes(app, app[VOICES], config.max_text_chars)
+    app.add_routes(channel_routes)
+    realtime.install(app, app[REGISTRY], app[VOICES], policy.ephemeral)
     index = config.web_dir / "index.html"
     if index.exists():
 
@@ -125,6 +140,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         yield
         if duplex is not None:
             await duplex.close()
+        await app[CHANNELS].close_all()
         await app[REGISTRY].close_all()
         if udp_mux is not None:
             udp_mux.close()

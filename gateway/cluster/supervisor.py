@@ -54,6 +54,7 @@ from gateway.cluster.metrics import SupervisorMetrics
 from gateway.cluster.placement import Candidate, Reservations, choose
 from gateway.cluster.proxy import Upstream
 from gateway.cluster.worker import public_url
+from gateway.cluster.ws_proxy import is_upgrade, proxy_websocket
 from gateway.config import GatewayConfig
 from gateway.runtime.worker_pool import PROCESSES_ENV
 
@@ -421,6 +422,10 @@ class Supervisor:
 
     async def _proxy(self, request: web.Request, slot: Slot) -> web.StreamResponse:
         try:
+            if is_upgrade(request) and self.upstream.http is not None:
+                # the ElevenLabs-compatible sockets: carried through (no redirect on a socket)
+                return await proxy_websocket(request, self.upstream.http, slot.local_url,
+                                             self.upstream.token)
             return await self.upstream.streamed(request, slot.local_url)
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             self.metrics.proxy_errors.inc()

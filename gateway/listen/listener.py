@@ -10,13 +10,13 @@ s); when the turn ends its final decode runs, finals one after another in turn o
 listener has at most one final queued on the recogniser. Partials of a turn that has ended are
 dropped. A failed final decode is reported as ``TranscriptionFailed``, and hearing goes on.
 
-Speculative finals (``speculate_ms``, 200 by default; None = off): once the user has been quiet
-that long (at least the turn detector's post-speech pad, so the segment's audio is complete),
-the final decode of the segment as it would end now starts at once, while the turn detector
-still waits for its ``stop_ms`` of silence. If the turn then ends with no new voiced frame (the
-same audio), that decode is the final transcript: the endpointing wait hides the ASR time. If
-the user resumes, it is discarded (cancelled if it has not started on the recogniser yet) and
-a later one is made when they stop again. A segment too short to decode ends as
+Speculative finals (``speculate_ms``, ``SPECULATE_MS`` by default; None = off): once the user
+has been quiet that long (at least the turn detector's post-speech pad, so the segment's audio
+is complete), the final decode of the segment as it would end now starts at once, while the turn
+detector still waits for its ``stop_ms`` of silence. If the turn then ends with no new voiced
+frame (the same audio), that decode is the final transcript: the endpointing wait hides the ASR
+time. If the user resumes, it is discarded (cancelled if it has not started on the recogniser
+yet) and a later one is made when they stop again. A segment too short to decode ends as
 ``SegmentSkipped``.
 
 A speculation that is decoded while the turn's end is still awaited is announced at once as a
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,8 +39,11 @@ import numpy as np
 from gateway.listen.asr import RecognitionError, Recognizer, Transcript
 from gateway.listen.audio import RATE, as_int16
 from gateway.listen.partials import DEFAULT_INTERVAL, partial_transcripts
+from gateway.listen.turn_model import TurnJudge, TurnModel, Verdict
 from gateway.listen.turns import (
     BargeIn,
+    SemanticEndpointing,
+    SemanticOptions,
     SpeechStarted,
     SpeechStopped,
     TurnDetector,
@@ -104,13 +108,17 @@ ListenEvent = (SpeechStarted | BargeIn | SpeechStopped | PartialTranscript | Fin
                | TentativeTranscript | TranscriptionFailed | SegmentSkipped)
 _Final = tuple[int, SpeechStopped, _Speculation | None]
 
+#: start the final decode after this much silence, before the turn ends (None or 0: off)
+SPECULATE_MS = 100
+
 
 class Listener:
     def __init__(self, recognizer: Recognizer, *, vad: VoiceDetector | None = None,
                  turns: TurnOptions | None = None, partials: bool = True,
                  partial_interval: float = DEFAULT_INTERVAL,
                  min_final_seconds: float = 0.25, partial_quiet: float = 0.2,
-                 speculate_ms: int | None = 200) -> None:
+                 speculate_ms: int | None = SPECULATE_MS, turn_model: TurnModel | None = None,
+                 semantic: SemanticOptions | None = None) -> None:
         self.recognizer = recognizer
         self.vad = vad or SileroVad()
         self.detector = TurnDetector(turns)
@@ -133,6 +141,74 @@ class Listener:
         self._partial_task: asyncio.Task[None] | None = None
         self._final_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._judge: TurnJudge | None = None
+        self._semantic: SemanticEndpointing | None = None
+        self._pause: tuple[int, int] | None = None  # (turn, last voiced frame) being judged
+        self._probed = False
+        self.verdicts: list[tuple[float, float]] = []  # (probability, seconds), the last 32
+        self.set_turn_detection(turn_model, semantic)
+
+    # -- end of turn ------------------------------------------------------------------------
+    @property
+    def turn_detector(self) -> str:
+        return "silence" if self._judge is None else self._judge.model.name
+
+    def set_turn_detection(self, model: TurnModel | None,
+                           options: SemanticOptions | None = None) -> None:
+        """Decide the end of turns with ``model`` (None: silence alone), from the next pause on
+        (a session's ``turn_detection`` may change while it runs)."""
+        if self._judge is not None:
+            self._judge.close()
+        self._judge = None if model is None else TurnJudge(model, self._on_verdict)
+        options = options or SemanticOptions()
+        if self._speculate_frames is None and options.use_text:
+            options = dataclasses.replace(options, use_text=False)  # no transcript will come
+        self._semantic = None if model is None else SemanticEndpointing(options)
+        self._pause, self._probed = None, False
+        self.detector.stop_frames = self.detector.options.frames(self.detector.options.stop_ms)
+
+    def _judge_pause(self) -> None:
+        """After each frame: track the pause, ask the model once per pause, set the stop."""
+        semantic, detector = self._semantic, self.detector
+        if semantic is None or self._judge is None:
+            return
+        if not detector.in_speech:
+            self._pause = None
+            return
+        pause = (self.turn, detector.last_voiced)
+        if detector.silence == 0 or pause != self._pause:
+            if self._pause is not None or self._probed:
+                self._judge.cancel_waiting()
+            self._pause, self._probed = pause, False
+            semantic.new_pause()
+        if not self._probed and detector.silence * 1000 >= semantic.options.probe_ms - 1e-6:
+            self._probed = True
+            self._judge.request(pause, detector.segment_audio())
+        detector.stop_frames = detector.options.frames(semantic.stop_ms())
+
+    def _on_verdict(self, verdict: Verdict) -> None:
+        self.verdicts = [*self.verdicts[-31:], (verdict.probability, verdict.seconds)]
+        if self._semantic is None or verdict.key != self._pause or self._closed:
+            return
+        self._semantic.probability = verdict.probability
+        self._restop()
+
+    def _on_text(self, turn: int, stopped_at: float, text: str) -> None:
+        """The speculative transcript of the pause being judged."""
+        detector = self.detector
+        if self._semantic is None or self._pause is None or self._pause[0] != turn \
+                or detector.time(self._pause[1] + 1) != stopped_at:
+            return
+        self._semantic.text = text
+        self._restop()
+
+    def _restop(self) -> None:
+        assert self._semantic is not None
+        detector = self.detector
+        detector.stop_frames = detector.options.frames(self._semantic.stop_ms())
+        if detector.in_speech and detector.silence > 0 \
+                and round(detector.silence * 1000) >= self._semantic.stop_ms():
+            self._handle(detector.end_now("semantic"))
 
     # -- input ------------------------------------------------------------------------------
     def push(self, frame: np.ndarray | bytes) -> list[TurnEvent]:
@@ -143,6 +219,7 @@ class Listener:
         events = self.detector.push(pcm, self.vad.probability(pcm))
         self._handle(events)
         self._speculate()
+        self._judge_pause()
         return events
 
     def flush(self) -> list[TurnEvent]:
@@ -195,6 +272,7 @@ class Listener:
         transcript = spec.task.result()
         if transcript is not None:
             self._events.put_nowait(TentativeTranscript(spec.turn, transcript.text, transcript))
+            self._on_text(spec.turn, spec.stopped_at, transcript.text)
 
     def _discard_speculation(self) -> None:
         spec, self._speculation = self._speculation, None
@@ -273,12 +351,25 @@ class Listener:
         return {"speculations": self.speculations, "speculations_used": self.speculations_used,
                 "speculations_discarded": self.speculations_discarded}
 
+    def turn_stats(self) -> dict[str, object]:
+        """The end-of-turn detector and its model's recent verdicts (probability, seconds)."""
+        stats: dict[str, object] = {"turn_detector": self.turn_detector}
+        if self._judge is not None:
+            stats["turn_model"] = {"inferences": self._judge.inferences,
+                                   "replaced": self._judge.replaced,
+                                   "failures": self._judge.failures,
+                                   "recent": [[round(p, 3), round(s * 1000, 1)]
+                                              for p, s in self.verdicts[-8:]]}
+        return stats
+
     async def close(self, *, drain: bool = False) -> None:
         """Stop hearing. ``drain``: let queued final decodes finish (and be reported) first."""
         if self._closed:
             return
         self._closed = True
         self._stop_partials()
+        if self._judge is not None:
+            self._judge.close()
         if self._speculation is not None and not drain:
             self._discard_speculation()
         if self._final_task is not None:

@@ -16,6 +16,10 @@ Rules (defaults near FastRTC / Pipecat / LiveKit, see shared notes "anchors"):
   (no pre-speech audio, so no word is heard twice);
 - ``BargeIn`` once per turn, when the turn holds ``barge_in_ms`` of voiced frames in all
   (counted from the first voiced frame): a 100 ms cough or noise burst never reaches it.
+
+The silence that ends a turn may change while the user is quiet (``stop_frames``, ``end_now``):
+``SemanticEndpointing`` below is that policy when a turn model judges the pause (the listener
+feeds it, listen/listener.py): ``stop_ms`` is then its cap.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 
 from gateway.listen.audio import FRAME_MS, RATE
 
-StopReason = Literal["silence", "max_length", "flush"]
+StopReason = Literal["silence", "semantic", "max_length", "flush"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,8 @@ class TurnDetector:
         self.reset()
 
     def reset(self) -> None:
+        #: unvoiced frames in a row that end the turn now (a policy may lower or raise it)
+        self.stop_frames = self._stop
         self._ring.clear()
         self.state = State.IDLE
         self._index = 0  # frames pushed so far
@@ -146,6 +152,21 @@ class TurnDetector:
     @property
     def in_speech(self) -> bool:
         return self.state is State.SPEAKING
+
+    @property
+    def listening(self) -> bool:
+        """Voice is being heard: a start is being counted, or a turn is in progress."""
+        return self.state is not State.IDLE
+
+    @property
+    def voiced_ms(self) -> float:
+        """Voiced time since the first voiced frame of the start or turn in progress (0 idle)."""
+        return 0.0 if self.state is State.IDLE else self._voiced * self.options.frame_ms
+
+    @property
+    def onset(self) -> int | None:
+        """Frame index of the first voiced frame of the start or turn in progress."""
+        return None if self.state is State.IDLE else self._first
 
     @property
     def started_at(self) -> float | None:
@@ -206,6 +227,13 @@ class TurnDetector:
             return []
         return self._begin(index)
 
+    def end_now(self, reason: StopReason = "semantic") -> list[TurnEvent]:
+        """End the turn in progress now, if the user is quiet (a policy decided between two
+        frames); nothing if not in speech or the last frame was voiced."""
+        if self.state is not State.SPEAKING or not self._unvoiced:
+            return []
+        return [self._end(reason)]
+
     def flush(self) -> list[TurnEvent]:
         """End the turn in progress now (end of stream); nothing if none."""
         if self.state is not State.SPEAKING:
@@ -235,8 +263,8 @@ class TurnDetector:
             events += self._maybe_barge(index)
         else:
             self._unvoiced += 1
-        if self._unvoiced >= self._stop:
-            events.append(self._end("silence"))
+        if self._unvoiced >= self.stop_frames:
+            events.append(self._end("silence" if self.stop_frames == self._stop else "semantic"))
         elif index + 1 - self._first >= self._max:
             events.append(self._end("max_length"))
             if voiced:  # still talking: carry on in a new segment, no audio heard twice
@@ -265,3 +293,87 @@ class TurnDetector:
         self._unvoiced = 0
         self._voiced = 0
         return stopped
+
+
+# Words a sentence does not end on (English): a pause after one is a hesitation, whatever the
+# model hears. Fillers count: "I want to, um" is not a turn.
+DANGLING = frozenset("""
+a an the and or but so because if than that which who whose whom to of in on at by for from
+with about into onto over under after before between through during without my your his her
+its our their this these those is are was were am be been being will would can could should
+shall may might must do does did have has had not very um uh er erm hmm mm like
+""".split())
+
+
+def dangling(text: str) -> bool:
+    """The text stops on a word no sentence ends on (or trails off with "..." / "-")."""
+    stripped = text.strip()
+    if stripped.endswith(("...", "\u2026", "-", ",")):
+        return True
+    words = stripped.lower().replace("\u2019", "'").split()
+    if not words:
+        return False
+    return words[-1].strip(".,!?;:\"'()") in DANGLING
+
+
+@dataclass(frozen=True, slots=True)
+class SemanticOptions:
+    """``min_silence_ms``: the pause that ends a turn judged complete; ``unsure_silence_ms``:
+    the pause that ends one the model calls unfinished but whose transcript does not stop on a
+    dangling word (the silence detector's own 500 ms: never cut sooner than it would);
+    ``max_silence_ms``: the pause that ends any turn (the cap: a dangling transcript, or no
+    verdict); ``probe_ms``: the pause after which the model is asked; ``threshold``:
+    P(complete) at or above which the model says complete; ``use_text``: also wait for the
+    speculative transcript, which vetoes a complete verdict when it stops on a dangling
+    word."""
+
+    min_silence_ms: int = 200
+    unsure_silence_ms: int = 500
+    max_silence_ms: int = 1200
+    probe_ms: int = 100
+    threshold: float = 0.5
+    use_text: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.probe_ms <= self.min_silence_ms <= self.unsure_silence_ms \
+                <= self.max_silence_ms:
+            raise ValueError("need 0 < probe_ms <= min_silence_ms <= unsure_silence_ms "
+                             "<= max_silence_ms")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError("threshold must be in (0, 1)")
+
+
+class SemanticEndpointing:
+    """One pause's verdicts -> the silence that ends the turn (pure; the listener feeds it).
+
+    The speculative transcript only vetoes: a last word no sentence ends on (``dangling``)
+    keeps the cap. Otherwise the model decides: complete (P >= threshold) -- the turn ends
+    after ``min_silence_ms`` once the transcript agrees (with ``use_text``), after
+    ``unsure_silence_ms`` while it is still coming; not complete -- ``unsure_silence_ms``
+    if the transcript could end there, the cap while it is still coming. No verdict yet: the
+    cap (or ``unsure_silence_ms`` on an acceptable transcript). A voiced frame starts a new
+    pause (``new_pause``): earlier verdicts are forgotten.
+    """
+
+    def __init__(self, options: SemanticOptions | None = None) -> None:
+        self.options = options or SemanticOptions()
+        self.new_pause()
+
+    def new_pause(self) -> None:
+        self.probability: float | None = None
+        self.text: str | None = None
+
+    def complete(self) -> bool:
+        """The turn is judged finished (it ends after ``min_silence_ms``)."""
+        return self.stop_ms() == self.options.min_silence_ms
+
+    def stop_ms(self) -> int:
+        o = self.options
+        text = self.text if o.use_text else ""
+        if text is not None and text.strip() and dangling(text):
+            return o.max_silence_ms
+        if self.probability is None:
+            return o.unsure_silence_ms if o.use_text and text else o.max_silence_ms
+        if self.probability >= o.threshold:
+            return o.unsure_silence_ms if text is None else o.min_silence_ms
+        return o.max_silence_ms if text is None or not o.use_text else o.unsure_silence_ms

@@ -32,7 +32,7 @@ class SinkPolicy(StrEnum):
     DROP = "drop"
 
 
-class Delivery(FrameOwner, Protocol):
+class SinkProgress(FrameOwner, Protocol):
     """A source's progress at one sink."""
 
     def skip(self, count: int) -> None: ...
@@ -43,7 +43,7 @@ class Delivery(FrameOwner, Protocol):
 class FrameSource(Protocol):
     """What frames come from (an utterance): makes (or returns) its delivery to a sink."""
 
-    def delivery(self, sink: str, first_index: int) -> Delivery: ...
+    def delivery(self, sink: str, first_index: int) -> SinkProgress: ...
 
 
 @dataclass(eq=False)
@@ -108,6 +108,14 @@ class FrameFanout:
                 if taken < count:
                     port.dropped += count - taken
                     delivery.skip(count - taken)
+
+    def hold(self, held: bool) -> None:
+        """Pause (True) or resume (False) every sink's playout, frames kept (FrameQueue.hold)."""
+        for port in self._ports.values():
+            if held:
+                port.queue.hold()
+            else:
+                port.queue.release()
 
     def clear(self) -> list[FrameOwner]:
         """Drop every sink's queued frames at once (barge-in); returns their distinct owners."""

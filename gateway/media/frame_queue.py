@@ -5,7 +5,10 @@ Its bound is the backpressure: synthesis runs ahead of playout by at most ``maxs
 sleeps until it has drained to ``low_water`` (half of it by default), not until the next pop:
 waking the producer task for every 20 ms frame costs a task switch per packet per speaking
 stream, which at hundreds of streams was a tenth of the gateway's CPU (bench/load.py profile).
-``clear`` empties it at once (barge-in).
+``clear`` empties it at once (barge-in). ``hold`` pauses it (a barge-in not yet confirmed):
+the queue then looks empty to its consumer -- ``len`` 0, ``pop*`` None, ``wait_ready`` waits --
+so a paced stream sends its silence, and the producer, once the queue is full, waits as usual;
+``release`` plays on from the same frame.
 
 Frames are kept as their payloads in one deque and their owners run-length encoded (a run:
 owner, first index, count -- one per utterance and sink, as frames arrive in order), not as
@@ -27,8 +30,8 @@ from gateway.media.frames import EncodedFrame, FrameOwner
 
 
 class FrameQueue:
-    __slots__ = ("_payloads", "_reader", "_runs", "_space", "high_water", "low_water", "maxsize",
-                 "on_wake", "producer_waits")
+    __slots__ = ("_held", "_payloads", "_reader", "_runs", "_space", "high_water", "low_water",
+                 "maxsize", "on_wake", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -44,13 +47,45 @@ class FrameQueue:
         self._space = asyncio.Event()
         self._space.set()
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
+        self._held = False
         self.high_water = 0
         self.producer_waits = 0  # times a producer slept on a full queue
         #: called when a frame arrives in an empty queue (a paced consumer that may send early)
         self.on_wake: Callable[[], None] | None = None
 
     def __len__(self) -> int:
+        """Frames the consumer may take now (0 while held)."""
+        return 0 if self._held else len(self._payloads)
+
+    @property
+    def queued(self) -> int:
+        """Frames in the queue, held or not."""
         return len(self._payloads)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def hold(self) -> None:
+        """Pause the consumer: nothing is popped until ``release``."""
+        self._held = True
+
+    def release(self) -> None:
+        """Play on: a consumer waiting is woken as if its frames had just arrived."""
+        if not self._held:
+            return
+        self._held = False
+        if self._payloads:
+            self._wake_reader()
+            if self.on_wake is not None:
+                self.on_wake()
+
+    def _wake_reader(self) -> None:
+        reader = self._reader
+        if reader is not None:
+            self._reader = None
+            if not reader.done():
+                reader.set_result(None)
 
     async def put(self, frame: EncodedFrame) -> None:
         """Append, waiting while the queue is full (until it drains to ``low_water``)."""
@@ -103,18 +138,16 @@ class FrameQueue:
             runs.append([owner, first, room])
         if len(self._payloads) > self.high_water:
             self.high_water = len(self._payloads)
-        reader = self._reader
-        if reader is not None:
-            self._reader = None
-            if not reader.done():
-                reader.set_result(None)
+        if self._held:
+            return room
+        self._wake_reader()
         if was_empty and self.on_wake is not None:
             self.on_wake()
         return room
 
     async def wait_ready(self) -> None:
         """For a consumer that is not paced (an HTTP writer): return once a frame is queued."""
-        while not self._payloads:
+        while not self._payloads or self._held:
             if self._reader is None or self._reader.done():
                 self._reader = asyncio.get_running_loop().create_future()
             await asyncio.shield(self._reader)
@@ -127,7 +160,7 @@ class FrameQueue:
     def pop_fields(self) -> tuple[bytes, FrameOwner | None, int] | None:
         """``pop`` without building an ``EncodedFrame``: (payload, owner, index) or None."""
         payloads = self._payloads
-        if not payloads:
+        if not payloads or self._held:
             return None
         run = self._runs[0]
         owner, index = run[0], run[1]
@@ -145,7 +178,7 @@ class FrameQueue:
         """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
         when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
         payloads = self._payloads
-        if not payloads or limit <= 0:
+        if not payloads or limit <= 0 or self._held:
             return None
         run = self._runs[0]
         owner, first, left = run

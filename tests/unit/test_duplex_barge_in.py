@@ -1,0 +1,245 @@
+"""Barge-in that pauses first, scripted: voice over a reply holds its playout at once; a cough
+(too short for a turn), a "hm" or the reply's own echo (a short turn whose words are no
+barge-in) lets it resume from the same frame; the barge-in minimum, or real words, cut it --
+and the history and the ``interrupted`` event keep what was heard, not what was generated.
+A loud/quiet VAD, a recogniser with a given text and a hand-driven "RTP sink" (frames popped
+and reported sent by the test)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from gateway.agent.echo import EchoAgent
+from gateway.conversation.barge_in import PauseGate, words_heard
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex, Turn
+from gateway.conversation.heard import heard_words
+from gateway.listen.asr import Transcript
+from gateway.listen.listener import Listener
+from gateway.listen.turns import TurnOptions
+from gateway.media.fanout import SinkPolicy
+from gateway.media.frame_queue import FrameQueue
+from gateway.media.opus_codec import EncoderSettings
+from gateway.speech.utterance import UtteranceState
+from gateway.tts.tone import ToneSynthesizer
+
+REPLY = "one two three four five six seven eight nine ten"
+UP = 480  # 20 ms at the uplink's 24 kHz
+
+
+class LoudIsSpeech:
+    name = "loud"
+
+    def probability(self, frame: np.ndarray) -> float:
+        return 0.9 if np.abs(frame).max() > 1000 else 0.05
+
+    def reset(self) -> None:
+        return None
+
+
+class SaysRecognizer:
+    name = "says"
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    async def transcribe(self, audio16k: np.ndarray, *, final: bool) -> Transcript | None:
+        return Transcript(self.text, final, len(audio16k) / 16_000)
+
+    async def close(self) -> None:
+        return None
+
+
+class CountingAgent(EchoAgent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, list]] = []
+
+    async def reply(self, text, history):
+        self.calls.append((text, list(history)))
+        async for piece in super().reply(text, history):
+            yield piece
+
+
+class Rig:
+    def __init__(self) -> None:
+        self.conversation = Conversation(EncoderSettings())
+        self.queue = FrameQueue(500)
+        self.conversation.attach_sink("rtp", self.queue, SinkPolicy.BLOCK)
+        self.events: list[tuple[str, dict]] = []
+        self.conversation.events.on_event(lambda e: self.events.append((e.type, e.data)))
+        self.recognizer = SaysRecognizer()
+        self.agent = CountingAgent()
+        turns = TurnOptions(stop_ms=500, barge_in_ms=300, post_speech_ms=100)
+        listener = Listener(self.recognizer, vad=LoudIsSpeech(), turns=turns, partials=False,
+                            speculate_ms=None)
+        self.duplex = Duplex(self.conversation, listener, self.agent,
+                             ToneSynthesizer(seconds=1.0), pause_ms=100)
+        self.duplex.start()
+        self.sent = 0
+        self.indexes: list[int] = []
+
+    async def reply(self) -> Turn:
+        """A reply of 50 frames (1 s) to an earlier turn, all queued."""
+        turn = Turn(1, 0.0, text="count to ten")
+        self.duplex.turns.append(turn)
+        self.duplex._say(turn, REPLY)
+        utterance = turn.utterances[0]
+        for _ in range(200):
+            if utterance.total_frames is not None:
+                break
+            await asyncio.sleep(0.005)
+        assert utterance.total_frames == 50
+        return turn
+
+    def play(self, frames: int) -> int:
+        """The sink's next ``frames`` slots: what was sent (a held queue sends nothing)."""
+        sent = 0
+        for _ in range(frames):
+            fields = self.queue.pop_fields()
+            if fields is None:
+                continue
+            _payload, owner, index = fields
+            owner.on_frame_sent(index, self.sent & 0xFFFF, self.sent * 960,
+                                asyncio.get_running_loop().time())
+            self.indexes.append(index)
+            self.sent += 1
+            sent += 1
+        return sent
+
+    async def hear(self, ms: int, loud: bool) -> None:
+        frame = np.full(UP, 8000 if loud else 0, dtype=np.int16)
+        for _ in range(ms // 20):
+            self.duplex.hear(frame)
+            await asyncio.sleep(0)
+
+    def of(self, kind: str) -> list[dict]:
+        return [d for k, d in self.events if k == kind]
+
+    async def close(self) -> None:
+        await self.duplex.close()
+        await self.conversation.close()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_a_cough_pauses_the_reply_and_it_resumes_from_the_same_frame():
+    rig = Rig()
+    turn = await rig.reply()
+    await rig.hear(200, loud=False)
+    assert rig.play(10) == 10
+    await rig.hear(140, loud=True)  # a cough: 140 ms, short of a turn's start (200)
+    assert rig.conversation.paused and rig.duplex.state()["reply_pauses"] == 1
+    assert rig.play(5) == 0  # held: the stream sends its silence
+    await rig.hear(200, loud=False)
+    assert not rig.conversation.paused
+    assert rig.play(5) == 5 and rig.indexes == list(range(15))  # on from frame 10
+    await settle()
+    assert rig.of("reply_paused") and rig.of("reply_resumed") and not rig.of("interrupted")
+    assert turn.utterances[0].state is UtteranceState.PLAYING
+    await rig.close()
+
+
+async def test_the_pause_comes_after_100_ms_of_voice():
+    rig = Rig()
+    await rig.reply()
+    rig.play(5)
+    await rig.hear(200, loud=False)
+    await rig.hear(80, loud=True)
+    assert not rig.conversation.paused
+    await rig.hear(60, loud=True)  # the resampler's delay: a frame later than 100 ms
+    assert rig.conversation.paused
+    heard_at, paused_at = rig.duplex.last_pause
+    assert paused_at >= heard_at
+    await rig.close()
+
+
+async def test_talking_on_cuts_the_reply_and_the_history_keeps_what_was_heard():
+    rig = Rig()
+    turn = await rig.reply()
+    await rig.hear(200, loud=False)
+    rig.play(25)  # half the reply sent
+    await rig.hear(400, loud=True)  # past the barge-in minimum (300 ms voiced)
+    utterance = turn.utterances[0]
+    assert utterance.state is UtteranceState.INTERRUPTED and rig.duplex.barge_ins == 1
+    assert not rig.conversation.paused and len(rig.queue) == 0
+    await settle()
+    (cut,) = rig.of("interrupted")
+    assert cut["utterance"] == utterance.id
+    # 25 frames sent (500 ms), less what the client had not played yet (up to 60 ms)
+    assert 440 <= cut["heard_ms"] <= 500
+    assert cut["heard_text"] == heard_words(REPLY, cut["heard_ms"] / 1000)
+    assert cut["heard_text"] and REPLY.startswith(cut["heard_text"])
+    assert len(cut["heard_text"].split()) < len(REPLY.split())
+    assert turn.heard_text == cut["heard_text"] and turn.interrupted
+    assert [m.content for m in rig.duplex.history] == ["count to ten", cut["heard_text"]]
+    # the new turn is answered, with the heard reply in its history
+    rig.recognizer.text = "what comes after four"
+    await rig.hear(700, loud=False)
+    for _ in range(100):
+        if rig.agent.calls:
+            break
+        await asyncio.sleep(0.01)
+    text, history = rig.agent.calls[0]
+    assert text == "what comes after four"
+    assert [m.content for m in history] == ["count to ten", cut["heard_text"]]
+    await rig.close()
+
+
+async def test_a_hm_or_the_echo_over_the_reply_is_not_answered_and_words_cut_it():
+    rig = Rig()
+    turn = await rig.reply()
+    await rig.hear(200, loud=False)
+    rig.play(10)
+    for said in ("Hmm.", "three four five"):  # a filler; the reply's own words (an echo)
+        rig.recognizer.text = said
+        await rig.hear(260, loud=True)  # a turn (>= 200 ms) short of a barge-in (300 ms)
+        assert rig.conversation.paused
+        await rig.hear(700, loud=False)  # the turn ends: the reply resumes
+        assert not rig.conversation.paused
+        await settle()
+        await asyncio.sleep(0.05)
+        await settle()
+        assert rig.agent.calls == [] and turn.utterances[0].state is UtteranceState.PLAYING
+        assert any(t["text"] == said and t.get("overlap") for t in rig.of("transcript"))
+        rig.play(2)
+    rig.recognizer.text = "Wait, stop."  # real words, however short: a barge-in
+    await rig.hear(260, loud=True)
+    await rig.hear(700, loud=False)
+    for _ in range(100):
+        if rig.agent.calls:
+            break
+        await asyncio.sleep(0.01)
+    assert turn.utterances[0].state is UtteranceState.INTERRUPTED
+    assert rig.agent.calls and rig.agent.calls[0][0] == "Wait, stop."
+    await rig.close()
+
+
+def test_the_gate():
+    gate = PauseGate(pause_ms=100, max_pause_ms=1000)
+    kw = {"audible": True, "listening": True, "onset": 7}
+    assert gate.on_frame(voiced_ms=80, now=1.0, **kw) is None
+    assert gate.on_frame(voiced_ms=100, now=1.02, **kw) == "pause"
+    assert gate.on_frame(voiced_ms=200, now=1.5, **kw) is None
+    assert gate.on_frame(voiced_ms=200, now=2.02, **kw) == "resume"  # unconfirmed too long
+    assert gate.on_frame(voiced_ms=220, now=2.04, **kw) is None  # the same start: once
+    kw["onset"] = 90
+    assert gate.on_frame(voiced_ms=100, now=3.0, **kw) == "pause"
+    assert gate.on_frame(voiced_ms=0, now=3.1, audible=True, listening=False,
+                         onset=None) == "resume"
+    assert gate.on_frame(voiced_ms=300, now=4.0, audible=False, listening=True,
+                         onset=120) is None  # nothing playing: nothing to pause
+    assert (gate.pauses, gate.resumes) == (2, 2)
+
+
+def test_words_heard():
+    assert not words_heard("Hmm.") and not words_heard("uh-huh, mm") and not words_heard("")
+    assert not words_heard("three, four", REPLY)  # the reply's own words: an echo
+    assert words_heard("Wait, stop.", REPLY) and words_heard("no", REPLY)
+    assert heard_words(REPLY, 0.0) == "" and heard_words(REPLY, 1.0) == REPLY
+    assert heard_words(REPLY, 0.5) == "one two three four five"
