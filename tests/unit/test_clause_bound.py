@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.tts.clause_bound import bound_clause, bound_clauses
+from gateway.text.clause_bound import bound_clause, bound_clauses
 
 text = st.text(st.sampled_from("ab 字。\t\n,.x"), max_size=400) | st.text(max_size=200)
 
