@@ -6,7 +6,8 @@ RUN_STAMP := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 
 # make run's variables pass their flag only when set (`make run PORT=9000`, or `PORT=9000 make
-# run`); unset, the GATEWAY_* variable or the gateway's default (gateway/config/, docs/options.md) applies:
+# run`); unset, the GATEWAY_* variable or the gateway's default applies (gateway/config/,
+# docs/options.md):
 # 127.0.0.1:8080, the piper voice, the echo agent, one worker, a free UDP port.
 HOST ?=
 PORT ?=

@@ -39,7 +39,7 @@ import soxr
 
 from bench.common import pct, write_results
 from bench.duplex import WARM_UP, gateway
-from bench.duplex_peer import AUDIBLE_DBFS, QUESTIONS, Talker, question_audio
+from bench.duplex_peer import AUDIBLE_DBFS, QUESTIONS, AudibleTap, Talker, question_audio
 
 TARGET_DELTA_MS = 30.0
 TARGET_FIRST_DELTA_MS = 120.0
@@ -154,6 +154,48 @@ class WsTalker:
         await self.conn.close()
 
 
+class CallTalker:
+    """A Realtime WebRTC call (``client.realtime.calls.create``): an aiortc peer whose
+    microphone speaks the questions, its reply decoded packet by packet (``AudibleTap``)."""
+
+    def __init__(self) -> None:
+        from aiortc import RTCConfiguration, RTCPeerConnection
+
+        from gateway import aiortc_compat
+        from gateway.testing.mic_track import RecordedMic
+        from gateway.testing.spoken_audio import silence
+
+        self.mic = RecordedMic(silence(0.1), 16_000, lead_silence_s=0.0)
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        self.transceiver = self.pc.addTransceiver(self.mic, direction="sendrecv")
+        self.channel = self.pc.createDataChannel("oai-events")
+        self.tap = AudibleTap()
+        aiortc_compat.tap_rtp(self.transceiver.receiver, self.tap.on_packet)
+        self.opened = asyncio.Event()
+        self.channel.on("open", self.opened.set)
+
+    async def start(self, sdk: Any) -> None:
+        from aiortc import RTCSessionDescription
+
+        await self.pc.setLocalDescription(await self.pc.createOffer())
+        answer = await sdk.realtime.calls.create(sdp=self.pc.localDescription.sdp,
+                                                 session={"type": "realtime"})
+        await self.pc.setRemoteDescription(RTCSessionDescription(answer.text, "answer"))
+        await asyncio.wait_for(self.opened.wait(), 15)
+
+    async def ask(self, question: str, timeout: float = 15.0) -> float | None:
+        self.mic.play(question_audio(question))
+        await self.mic.finished.wait()
+        assert self.mic.finished_at is not None
+        heard = await self.tap.wait_audible(self.mic.finished_at, timeout)
+        if self.channel.readyState == "open":
+            self.channel.send('{"type": "response.cancel"}')
+        return None if heard is None else (heard - self.mic.finished_at) * 1000
+
+    async def close(self) -> None:
+        await self.pc.close()
+
+
 async def speech_floor(url: str, http: aiohttp.ClientSession, voice: str) -> float:
     sent = time.monotonic()
     async with http.post(f"{url}/v1/audio/speech", json={
@@ -184,10 +226,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         conn = await sdk.realtime.connect(model="gpt-realtime", max_retries=0).enter()
         ws = WsTalker(conn)
         stack.push_async_callback(ws.close)
+        call = CallTalker()
+        await call.start(sdk)
+        stack.push_async_callback(call.close)
         await talker.ask(WARM_UP)
         await ws.ask(WARM_UP)
+        await call.ask(WARM_UP)
         duplex_ms: list[float] = []
         ws_ms: list[float] = []
+        call_ms: list[float] = []
         for i, q in enumerate(questions):
             row = await talker.ask(q)
             if row.client_ms is not None:
@@ -197,8 +244,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if got is not None:
                 ws_ms.append(got)
             await asyncio.sleep(rng.uniform(0.4, 0.9))
+            on_call = await call.ask(q)
+            if on_call is not None:
+                call_ms.append(on_call)
+            await asyncio.sleep(rng.uniform(0.4, 0.9))
             print(f"  {i + 1:>2}/{len(questions)} duplex {row.client_ms or float('nan'):6.0f} ms"
-                  f"  realtime ws {got or float('nan'):6.0f} ms  {q!r}", flush=True)
+                  f"  realtime ws {got or float('nan'):6.0f} ms"
+                  f"  realtime call {on_call or float('nan'):6.0f} ms  {q!r}", flush=True)
 
         async with http.get(f"{url}/v1/sessions/{ws.session_id}") as r:
             engine = (await r.json())["realtime"]
@@ -219,32 +271,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result = {
         "turns": args.turns, "voice": args.voice, "agent": "echo",
         "end_of_speech_to_audible_ms": {"duplex_api": stats(duplex_ms),
-                                        "realtime_ws": stats(ws_ms)},
+                                        "realtime_ws": stats(ws_ms),
+                                        "realtime_call": stats(call_ms)},
         "text_turn_first_delta_ms": {"realtime_ws": stats(first_delta),
                                      "speech_api_floor": stats(floor)},
         "targets": {"ws_minus_duplex_ms": TARGET_DELTA_MS,
                     "first_delta_ms": TARGET_FIRST_DELTA_MS},
         "transcripts": ws.transcripts[-5:],
         "realtime_preemptive_replies": prepared,
-        "raw": {"duplex_ms": duplex_ms, "ws_ms": ws_ms, "first_delta_ms": first_delta,
-                "floor_ms": floor},
+        "raw": {"duplex_ms": duplex_ms, "ws_ms": ws_ms, "call_ms": call_ms,
+                "first_delta_ms": first_delta, "floor_ms": floor},
     }
     return result
 
 
 def report(r: dict[str, Any]) -> None:
     e, t = r["end_of_speech_to_audible_ms"], r["text_turn_first_delta_ms"]
-    d, w = e["duplex_api"], e["realtime_ws"]
+    d, w, c = e["duplex_api"], e["realtime_ws"], e["realtime_call"]
 
-    def gap(k: str) -> str:
-        return "-" if d[k] is None or w[k] is None else f"{w[k] - d[k]:+.0f}"
+    def gap(k: str, x: dict[str, Any]) -> str:
+        return "-" if d[k] is None or x[k] is None else f"{x[k] - d[k]:+.0f}"
 
     print(f"\nend of speech -> first audible reply (ms; {r['voice']}, echo agent)")
     print(f"{'':<22}{'n':>4}{'median':>9}{'p90':>9}")
     print(f"{'duplex API (WebRTC)':<22}{d['n']:>4}{d['median'] or 0:>9.0f}{d['p90'] or 0:>9.0f}")
     print(f"{'Realtime WebSocket':<22}{w['n']:>4}{w['median'] or 0:>9.0f}{w['p90'] or 0:>9.0f}")
-    print(f"{'difference':<22}{'':>4}{gap('median'):>9}{gap('p90'):>9}   target within "
-          f"{TARGET_DELTA_MS:.0f} ms")
+    print(f"{'  difference':<22}{'':>4}{gap('median', w):>9}{gap('p90', w):>9}   target "
+          f"within {TARGET_DELTA_MS:.0f} ms")
+    print(f"{'Realtime call (WebRTC)':<22}{c['n']:>4}{c['median'] or 0:>9.0f}"
+          f"{c['p90'] or 0:>9.0f}")
+    print(f"{'  difference':<22}{'':>4}{gap('median', c):>9}{gap('p90', c):>9}   target "
+          f"within {TARGET_DELTA_MS:.0f} ms")
     f, s = t["realtime_ws"], t["speech_api_floor"]
     print("\ntext turn: response.create -> first audio delta (ms)")
     print(f"{'Realtime WebSocket':<22}{f['n']:>4}{f['median'] or 0:>9.0f}{f['p90'] or 0:>9.0f}"

@@ -4,7 +4,8 @@ under CI (``CI=true``, as .ci/run runs) they FAIL, because there ``make test`` h
 everything and a missing part is a missing install step, which must never pass as a skip
 (issue 29). tests/test_installed.py checks each part by name.
 
-- ``missing(part, why)``: skip here, fail under CI (in a test, a fixture or at module level);
+- ``missing(part, why)``: skip here, fail under CI (in a test, a fixture or at module level,
+  where under CI it is a collection error: the run stops, loudly);
 - ``needs(part, present, why)``: the same as a mark (module ``pytestmark`` or a decorator);
 - ``need_module(name, part)``: ``pytest.importorskip`` with the same rule.
 """
@@ -27,7 +28,8 @@ def missing(part: str, why: str) -> NoReturn:
     if UNDER_CI:
         pytest.fail(f"{part} is missing under CI, where `make test` installs it: {why}",
                     pytrace=False)
-    pytest.skip(f"{part} is not installed ({why}); `make test` installs it")
+    pytest.skip(f"{part} is not installed ({why}); `make test` installs it",
+                allow_module_level=True)  # (inside a test it skips just the test)
 
 
 def needs(part: str, present: bool, why: str) -> pytest.MarkDecorator:

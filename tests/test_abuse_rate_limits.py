@@ -17,6 +17,7 @@ import pytest
 
 from bench.cluster import free_range
 from gateway.api.rate_store import SharedFileBuckets, create_shared
+from tests.installed import needs
 from tests.test_api import CHROMIUM
 
 SDP = {"Content-Type": "application/sdp"}
@@ -91,7 +92,8 @@ async def test_workers_of_a_node_share_the_session_limit():
     assert set(statuses) == {201, 429}, statuses
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server")
+@needs("redis-server", shutil.which("redis-server") is not None, "the shared rate-limit buckets "
+       "(Debian; .ci/install-debian.sh)")
 async def test_gateways_sharing_redis_share_the_buckets(start_gateway, tmp_path):
     from bench.common import free_port
 

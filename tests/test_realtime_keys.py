@@ -11,9 +11,10 @@ import pytest
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway.realtime.keys import EphemeralKeys
+from tests.installed import need_module
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("faster_whisper", "the [listen] extra")
 TOKEN = "s3cret"
 
 

@@ -16,9 +16,10 @@ from aiortc.mediastreams import MediaStreamError
 from gateway.testing.mic_track import RecordedMic
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak
 from tests.helpers import dominant_frequency
+from tests.installed import need_module, needs
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [pytest.mark.asr]
 
 
@@ -140,7 +141,7 @@ async def test_a_call_speaks_a_text_turn_on_its_rtp_track(calling):
     assert abs(dominant_frequency(pcm[start:start + 48_000], 48_000) - 440.0) < 3.0
 
 
-@pytest.mark.skipif(not have_espeak(), reason="espeak-ng speaks the question")
+@needs("espeak-ng", have_espeak(), "speaks the question (Debian)")
 async def test_the_microphone_is_heard_and_answered_and_a_barge_in_truncates(calling):
     peer = await calling(concat(speak("What is the weather like in Paris?"), silence(1.0)),
                          session={"type": "realtime", "audio": {"input": {
@@ -223,3 +224,39 @@ async def test_bad_call_requests_are_refused(start_gateway):
     assert refused.value.status_code == 400 and "no-such-voice" in str(refused.value)
     await peer.close()
     assert len(gateway.registry) == 0
+
+
+async def test_a_backend_steers_the_call_over_its_control_socket(calling):
+    peer = await calling(silence(0.5), session={"type": "realtime", "output_modalities": ["text"],
+                                                "audio": {"input": {"turn_detection": None}}})
+    await peer.until(lambda: peer.of("session.created"))
+    call_id = peer.location.rsplit("/", 1)[1]
+    sdk = openai.AsyncOpenAI(base_url=f"{peer.gateway.url}/v1", api_key="unused", max_retries=0)
+    control = await sdk.realtime.connect(call_id=call_id, max_retries=0).enter()
+    try:
+        first = await control.recv()
+        assert first.type == "session.created" and first.session.id == call_id
+        await control.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "from the backend"}]})
+        await control.response.create()
+        seen = []
+        while "response.done" not in seen:
+            seen.append((await asyncio.wait_for(control.recv(), 10)).type)
+        # the browser's channel saw the same turn
+        done = await peer.until(lambda: peer.of("response.done"))
+        assert done[0]["response"]["output"][0]["content"][0]["text"] == \
+            "You said: from the backend"
+        assert "conversation.item.added" in seen and "response.output_text.done" in seen
+    finally:
+        await control.close()
+    await asyncio.sleep(0.2)
+    # the call goes on without its control socket
+    peer.send({"type": "response.create"})
+    await peer.until(lambda: len(peer.of("response.done")) == 2)
+    async with peer.gateway.http.get(f"{peer.gateway.url}/v1/realtime?call_id=nope",
+                                     headers={"Upgrade": "websocket", "Connection": "Upgrade",
+                                              "Sec-WebSocket-Version": "13",
+                                              "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+                                     ) as r:
+        assert r.status == 404

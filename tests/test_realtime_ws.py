@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 
 import aiohttp
@@ -17,12 +18,13 @@ from gateway.realtime.audio_formats import PCMU, decode_g711
 from gateway.realtime.protocol import MAX_APPEND_BYTES
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak, trim
 from tests.helpers import dominant_frequency
+from tests.installed import need_module, needs
 
-openai = pytest.importorskip("openai")
-pytest.importorskip("websockets", reason="the openai SDK's realtime transport")
-pytest.importorskip("faster_whisper", reason="the [listen] extra")
+openai = need_module("openai", "the dev tools (the official SDK)")
+need_module("websockets", "the dev tools (the openai SDK's realtime transport)")
+need_module("faster_whisper", "the [listen] extra")
 pytestmark = [pytest.mark.asr]
-needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng speaks the questions")
+needs_espeak = needs("espeak-ng", have_espeak(), "speaks the questions (Debian)")
 
 
 def pcm24k(pcm16k: np.ndarray) -> bytes:
@@ -370,3 +372,102 @@ async def test_a_browser_style_socket_beta_names_and_the_key_in_a_subprotocol(st
     with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
         await gateway.http.ws_connect(url, protocols=("realtime", "openai-insecure-api-key.no"))
     assert refused.value.status == 401
+
+
+async def test_function_calling_through_the_chat_backend(realtime):
+    from gateway.testing.chat_server import ChatStandIn, StandInConfig
+
+    def calls(body):
+        answered = any(m["role"] == "tool" for m in body["messages"])
+        return [] if answered else [("get_weather", '{"city": "Paris"}')]
+
+    config = StandInConfig(tokens=("It", " is", " sunny", " in", " Paris", "."), tool_calls=calls)
+    async with ChatStandIn(config) as chat:
+        rt = await realtime(agent=f"openai+{chat.url}?model=stand-in")
+        tool = {"type": "function", "name": "get_weather", "description": "The weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+        await rt.conn.session.update(session={"type": "realtime", "tools": [tool],
+                                              "output_modalities": ["text"]})
+        await rt.first("session.updated")
+        await rt.conn.conversation.item.create(item={
+            "type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Weather in Paris?"}]})
+        await rt.conn.response.create()
+        done = await rt.first("response.done")
+        assert done.response.status == "completed"
+        (call,) = done.response.output
+        assert (call.type, call.name, call.arguments) == ("function_call", "get_weather",
+                                                         '{"city": "Paris"}')
+        args_done = rt.of("response.function_call_arguments.done")[0]
+        assert (args_done.call_id, args_done.arguments) == (call.call_id, call.arguments)
+        pieces = "".join(e.delta for e in rt.of("response.function_call_arguments.delta"))
+        assert pieces == call.arguments
+        assert not rt.of("response.output_text.delta")  # a call, no message
+        body = chat.requests[0].body
+        assert body["tools"][0]["function"]["name"] == "get_weather"
+        # the app runs the function and gives its output back
+        await rt.conn.conversation.item.create(item={
+            "type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sun"}'})
+        await rt.conn.response.create()
+        second = await rt.first("response.done", after=1)
+        assert second.response.status == "completed"
+        assert rt.of("response.output_text.done")[0].text == "It is sunny in Paris."
+        messages = chat.requests[1].body["messages"]
+        assert messages[-2]["tool_calls"][0]["id"] == call.call_id
+        assert messages[-1] == {"role": "tool", "tool_call_id": call.call_id,
+                                "content": '{"sky": "sun"}'}
+
+
+async def test_drain_and_idle_close_realtime_sockets(start_gateway):
+    gateway = await start_gateway(duplex=True, idle_timeout_s=0.6)
+    url = f"{gateway.url}/v1/realtime?model=m"
+    silence_chunk = base64.b64encode(bytes(4800)).decode()
+    started = time.monotonic()
+    async with gateway.http.ws_connect(url) as ws:
+        assert (await ws.receive_json(timeout=10))["type"] == "session.created"
+        while not ws.closed and time.monotonic() - started < 5:  # silence only: idle
+            await ws.send_json({"type": "input_audio_buffer.append", "audio": silence_chunk})
+            with contextlib.suppress(TimeoutError):
+                await ws.receive(timeout=0.1)
+        assert ws.closed and 0.6 <= time.monotonic() - started < 5
+    gateway = await start_gateway(duplex=True)
+    async with gateway.http.ws_connect(f"{gateway.url}/v1/realtime?model=m") as ws:
+        assert (await ws.receive_json(timeout=10))["type"] == "session.created"
+        await gateway.registry.drain(1.0)
+        closing = await ws.receive(timeout=5)
+        assert closing.type is aiohttp.WSMsgType.CLOSE and closing.data == 1001
+    with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+        await gateway.http.ws_connect(f"{gateway.url}/v1/realtime?model=m")
+    assert refused.value.status == 503
+
+
+@needs_espeak
+@pytest.mark.voice
+async def test_piper_answers_a_spoken_question_in_words_whisper_understands(start_gateway):
+    """The whole loop with the real voice: espeak-ng asks, Whisper hears, Piper answers over
+    the Realtime socket, and Whisper (the gateway's own recogniser) hears the answer's words."""
+    piper_voice = pytest.importorskip("gateway.tts.piper_voice")
+    if not piper_voice.piper_available():
+        pytest.skip("the [voice] extra (Piper)")
+    from gateway.tts.registry import VoiceRegistry
+
+    gateway = await start_gateway(voices=VoiceRegistry([piper_voice.PiperSynthesizer(
+        name="joe")]), duplex=True)
+    sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    conn = await sdk.realtime.connect(model="gpt-realtime", max_retries=0).enter()
+    rt = Client(conn)
+    try:
+        await rt.first("session.created")
+        await rt.stream(pcm24k(concat(speak("Where is the nearest train station?"),
+                                      silence(1.5))))
+        done = await rt.first("response.done")
+        assert done.response.status == "completed"
+        pcm = np.frombuffer(rt.audio(done.response.id), dtype="<i2")
+        assert len(pcm) > 24_000  # over a second of speech
+        heard = soxr.resample(pcm.astype(np.float32) / 32768, 24_000, 16_000)
+        recognizer = gateway.registry.duplex.recognizer
+        words = (await recognizer.transcribe(heard, final=True)).text.lower()
+        assert "train" in words and "station" in words, words
+    finally:
+        rt._task.cancel()
+        await conn.close()

@@ -289,14 +289,16 @@ RATE_STORE = web.AppKey("rate_store", BucketStore)  # type: ignore[type-abstract
 def _limited(request: web.Request) -> str | None:
     """Which limit a request counts against: 'sessions', 'speech', 'requests' (every other
     route that does work: a session's state, trickle, events, utterances, DELETE) or None
-    (open routes: health, metrics, the page, the API document, the voice list)."""
+    (open routes: health, metrics, the page, the API document, the voice list). A new
+    Realtime socket or call is a new session."""
     path = request.path.rstrip("/")
     method = request.method
     if method == "OPTIONS" or _is_open(request):
         return None
-    if (method == "POST" and path == "/v1/sessions") or (
-        path.startswith(CHANNEL_PREFIX) and path.endswith("/whep")
-    ):
+    if method == "GET" and path == "/v1/realtime" and "call_id" not in request.query:
+        return "sessions"
+    if (method == "POST" and path in ("/v1/sessions", "/v1/realtime", "/v1/realtime/calls")) \
+            or (path.startswith(CHANNEL_PREFIX) and path.endswith("/whep")):
         return "sessions"
     if path == "/v1/audio/speech" and method in ("GET", "HEAD", "POST"):
         return "speech"  # a GET (<audio src>) speaks as much as a POST

@@ -10,7 +10,6 @@ as a session's), ``…/listen?format=opus|pcm|wav|frames`` (the live air as a re
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import socket
 from typing import Any
@@ -34,6 +33,7 @@ from gateway.api.routes import (
     checked_text,
     ice_server_links,
     patch_webrtc_leg,
+    stream_events,
     voice_named,
 )
 from gateway.api.sdp_limits import SdpLimitExceeded
@@ -328,28 +328,4 @@ async def channel_events(request: web.Request) -> web.StreamResponse:
     leaving, ``channel_closed`` last) until it closes; a comment every 15 s keeps proxies
     from timing the stream out."""
     channel = await _listenable(request)
-    try:
-        subscription = channel.events.subscribe()
-    except OverflowError as exc:
-        raise ApiError(429, "too_many_listeners", str(exc)) from exc
-    response = web.StreamResponse(headers={
-        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-        "X-Accel-Buffering": "no",
-    })
-    try:
-        await response.prepare(request)
-        await response.write(b": events of channel " + channel.name.encode() + b"\n\n")
-        while True:
-            try:
-                event = await asyncio.wait_for(subscription.get(), 15.0)
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-                continue
-            if event is None:
-                break
-            await response.write(event.sse())
-    except (ConnectionResetError, ConnectionError):
-        pass
-    finally:
-        subscription.close()
-    return response
+    return await stream_events(request, channel.events, f"channel {channel.name}")

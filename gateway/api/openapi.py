@@ -34,7 +34,7 @@ Body = type[BaseModel] | str  # a model (JSON) or a media type of a text/binary 
 SWAGGER_UI_FILES = {"swagger-ui-bundle.js": "text/javascript", "swagger-ui.css": "text/css"}
 PATH_PARAMS: dict[str, dict[str, Any]] = {
     "session_id": {"type": "string"}, "utterance_id": {"type": "string"},
-    "name": {"type": "string"}, "listener_id": {"type": "string"},
+    "name": {"type": "string"}, "listener_id": {"type": "string"}, "call_id": {"type": "string"},
     "file": {"type": "string", "enum": list(SWAGGER_UI_FILES)},
 }
 
@@ -103,6 +103,23 @@ OPERATIONS: tuple[Op, ...] = (
                {"type": "string", "enum": ["asap", "live"]}),
               ("words", "1: word records too (text/plain bodies)",
                {"type": "string", "enum": ["0", "1"]}))),
+    Op("get", "/v1/realtime", "The OpenAI Realtime API over a WebSocket (an upgrade; "
+       "?call_id=: a call's control socket); docs/realtime.md",
+       responses={"101": ("switching protocols: JSON events both ways", {})},
+       query=(("model", "the model name (echoed)", {"type": "string"}),
+              ("call_id", "a call to watch and steer", {"type": "string"}))),
+    Op("post", "/v1/realtime", "Realtime over WebRTC, the older flow: an SDP offer",
+       {SDP: "text"}, {"201": ("the answer SDP", {SDP: "text"})},
+       query=(("model", "the model name (echoed)", {"type": "string"}),)),
+    Op("post", "/v1/realtime/calls", "Realtime over WebRTC: the offer (and session config)",
+       {"multipart/form-data": "call", SDP: "text"},
+       {"201": ("the answer SDP; Location is the call", {SDP: "text"})}),
+    Op("post", "/v1/realtime/calls/{call_id}/hangup", "End a Realtime call",
+       responses={"200": ("ended", {})}),
+    Op("post", "/v1/realtime/client_secrets", "An ephemeral key (ek_...) for a browser",
+       {JSON: "object"}, {"200": ("the key, its expiry and session", {JSON: "object"})}),
+    Op("post", "/v1/realtime/sessions", "The beta flow's ephemeral key",
+       {JSON: "object"}, {"200": ("the session and its client_secret", {JSON: "object"})}),
     Op("post", "/v1/channels", "Create a broadcast channel (docs/channels.md)",
        {JSON: cm.ChannelCreate}, {"201": ("the channel; Location is its URL",
                                           {JSON: cm.ChannelSummary})}),
@@ -221,6 +238,9 @@ def _schema(body: Body) -> dict[str, Any]:
             return {"type": "string", "format": "binary"}
         if body == "object":
             return {"type": "object"}
+        if body == "call":  # a Realtime call's multipart form
+            return {"type": "object", "required": ["sdp"], "properties": {
+                "sdp": {"type": "string"}, "session": {"type": "string"}}}
         if body == "sse":  # each event: its type and its JSON data
             return {"type": "object", "properties": {
                 "event": {"type": "string"}, "data": {"type": "string"}, "id": {"type": "string"},

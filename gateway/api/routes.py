@@ -396,10 +396,16 @@ async def get_utterance(request: web.Request) -> web.Response:
 @routes.get("/v1/sessions/{session_id}/events")
 async def session_events(request: web.Request) -> web.StreamResponse:
     """The session's events as Server-Sent Events (``event: <type>``, ``data: <json>``) until
-    it closes; a comment line every 15 s keeps proxies from timing the stream out."""
+    it closes."""
     session = _session(request)
+    return await stream_events(request, session.conversation.events, f"session {session.id}")
+
+
+async def stream_events(request: web.Request, bus: Any, what: str) -> web.StreamResponse:
+    """``bus``'s events (an ``EventBus``: ``subscribe()``, events with ``sse()``) as SSE until it
+    closes; a comment line every 15 s keeps proxies from timing the stream out."""
     try:
-        subscription = session.conversation.events.subscribe()
+        subscription = bus.subscribe()
     except OverflowError as exc:
         raise ApiError(429, "too_many_listeners", str(exc)) from exc
     response = web.StreamResponse(headers={
@@ -408,7 +414,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     })
     try:
         await response.prepare(request)
-        await response.write(b": events of session " + session.id.encode() + b"\n\n")
+        await response.write(f": events of {what}\n\n".encode())
         while True:
             try:
                 event = await asyncio.wait_for(subscription.get(), 15.0)

@@ -1,13 +1,14 @@
-"""The public port's WebSocket upgrade, carried to a worker (the ElevenLabs-compatible sockets).
+"""WebSocket upgrades from the public port to a worker (the Realtime API's and the
+ElevenLabs-compatible sockets).
 
-Browsers and the ElevenLabs clients do not follow a redirect on a WebSocket, so the supervisor
-proxies it: it opens the same path on the worker (headers forwarded as for HTTP, the proxy token
-added), and only once the worker has accepted does it accept the client's upgrade; then every
-message is relayed both ways until either side closes, whose close code the other side gets.
-A worker that refuses the upgrade (a 4xx: unknown voice, bad query, no token) -> the same
-status, in the gateway's JSON error shape. Messages are bounded both ways: the client's by
-``max_message_bytes`` (the worker's own limit, so an oversized one fails at the same size),
-the worker's by ``MAX_REPLY_BYTES`` (its audio messages).
+A browser (or an ElevenLabs client) does not follow a redirect on a WebSocket, so the supervisor
+connects to the worker itself first -- a worker that refuses the upgrade is reported before the
+client's socket is accepted (``Refused``: the Realtime route tries another worker; the
+ElevenLabs route answers the same status in the gateway's JSON error shape) -- then accepts the
+client's socket with the subprotocol the worker chose and pipes frames both ways. Each direction
+awaits its send: a reader that stops reading stops the other side through TCP, as it would
+talking to the worker directly. Messages are bounded as the worker bounds them. When either side
+closes, so does the other (the worker's close code is passed on).
 """
 
 from __future__ import annotations
@@ -16,60 +17,95 @@ import asyncio
 import contextlib
 
 import aiohttp
-from aiohttp import web
+from aiohttp import WSMsgType, web
+from multidict import CIMultiDict
 
 from gateway.cluster.proxy import request_headers
+from gateway.realtime.protocol import MAX_MESSAGE_BYTES
 
-MAX_REPLY_BYTES = 8 * 1024 * 1024
-_WS_HEADERS = ("sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions",
-               "sec-websocket-protocol")
+#: the ElevenLabs sockets: the client's messages are text (64 KiB), the worker's carry audio
+ELEVENLABS_CLIENT_BYTES = 64 * 1024
+ELEVENLABS_REPLY_BYTES = 8 * 1024 * 1024
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str = "") -> None:
+        super().__init__(f"the worker refused the upgrade: HTTP {status} {message}".rstrip())
+        self.status = status
 
 
 def is_upgrade(request: web.Request) -> bool:
     return request.headers.get("Upgrade", "").lower() == "websocket"
 
 
-async def _pump(src: aiohttp.ClientWebSocketResponse | web.WebSocketResponse,
-                dst: aiohttp.ClientWebSocketResponse | web.WebSocketResponse) -> None:
-    async for msg in src:
-        if msg.type == aiohttp.WSMsgType.TEXT:
-            await dst.send_str(msg.data)
-        elif msg.type == aiohttp.WSMsgType.BINARY:
-            await dst.send_bytes(msg.data)
+def upgrade_headers(headers: CIMultiDict[str]) -> CIMultiDict[str]:
+    """Proxied request headers without the client's own handshake (ws_connect makes one)."""
+    return CIMultiDict((k, v) for k, v in headers.items()
+                       if not k.lower().startswith("sec-websocket-"))
+
+
+def offered(request: web.Request) -> tuple[str, ...]:
+    raw = request.headers.get("Sec-WebSocket-Protocol", "")
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+async def connect(http: aiohttp.ClientSession, url: str, request: web.Request,
+                  headers: CIMultiDict[str], max_msg_size: int = MAX_MESSAGE_BYTES
+                  ) -> aiohttp.ClientWebSocketResponse:
+    try:
+        return await http.ws_connect(url, headers=upgrade_headers(headers),
+                                     protocols=offered(request), max_msg_size=max_msg_size,
+                                     autoping=True)
+    except aiohttp.WSServerHandshakeError as exc:
+        raise Refused(exc.status, exc.message) from None
+
+
+async def _pump(source: web.WebSocketResponse | aiohttp.ClientWebSocketResponse,
+                sink: web.WebSocketResponse | aiohttp.ClientWebSocketResponse) -> None:
+    async for message in source:
+        if message.type is WSMsgType.TEXT:
+            await sink.send_str(message.data)
+        elif message.type is WSMsgType.BINARY:
+            await sink.send_bytes(message.data)
         else:
             break
 
 
-async def proxy_websocket(request: web.Request, http: aiohttp.ClientSession, base: str,
-                          token: str, max_message_bytes: int = 64 * 1024
-                          ) -> web.StreamResponse:
-    headers = request_headers(request, token)
-    for name in _WS_HEADERS:
-        headers.popall(name, None)
-    try:
-        upstream = await http.ws_connect(base + request.path_qs, headers=headers,
-                                         max_msg_size=MAX_REPLY_BYTES, autoping=True)
-    except aiohttp.WSServerHandshakeError as exc:
-        return web.json_response(
-            {"error": {"code": "upgrade_refused",
-                       "message": f"the worker refused the WebSocket: {exc.status} {exc.message}"}},
-            status=exc.status if 400 <= exc.status < 500 else 502)
-    client = web.WebSocketResponse(max_msg_size=max_message_bytes, autoping=True)
+async def pipe(request: web.Request, upstream: aiohttp.ClientWebSocketResponse,
+               max_msg_size: int = MAX_MESSAGE_BYTES) -> web.WebSocketResponse:
+    """Accept the client's socket and join it to ``upstream`` until either ends."""
+    protocols = (upstream.protocol,) if upstream.protocol else ()
+    client = web.WebSocketResponse(protocols=protocols, max_msg_size=max_msg_size)
     try:
         await client.prepare(request)
-        down = asyncio.create_task(_pump(upstream, client))
-        up = asyncio.create_task(_pump(client, upstream))
+        up = asyncio.ensure_future(_pump(client, upstream))
+        down = asyncio.ensure_future(_pump(upstream, client))
         try:
-            await asyncio.wait({down, up}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (down, up):
+            for task in (up, down):
                 task.cancel()
-            for task in (down, up):
-                with contextlib.suppress(asyncio.CancelledError, ConnectionError,
-                                         aiohttp.ClientError):
+            for task in (up, down):
+                with contextlib.suppress(BaseException):
                     await task
-        code = upstream.close_code or client.close_code or aiohttp.WSCloseCode.OK
-        await client.close(code=code)
     finally:
-        await upstream.close()
+        code = upstream.close_code
+        with contextlib.suppress(Exception):
+            await upstream.close()
+        with contextlib.suppress(Exception):
+            await client.close(code=code or aiohttp.WSCloseCode.OK)
     return client
+
+
+async def proxy_websocket(request: web.Request, http: aiohttp.ClientSession, base: str,
+                          token: str) -> web.StreamResponse:
+    """An ElevenLabs-compatible socket to the worker at ``base`` (the proxy token added); a
+    refused upgrade is that status (a 4xx: unknown voice, bad query, no token; else 502)."""
+    try:
+        upstream = await connect(http, base + request.path_qs, request,
+                                 request_headers(request, token), ELEVENLABS_REPLY_BYTES)
+    except Refused as exc:
+        return web.json_response(
+            {"error": {"code": "upgrade_refused", "message": str(exc)}},
+            status=exc.status if 400 <= exc.status < 500 else 502)
+    return await pipe(request, upstream, ELEVENLABS_CLIENT_BYTES)

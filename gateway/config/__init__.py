@@ -535,7 +535,9 @@ class GatewayConfig:
         group=SCALE,
     )
     # process
-    web_dir: Path = opt(WEB_DIR, "the demo page's directory", group=RUN)
+    web_dir: Path = opt(
+        WEB_DIR, "the demo page's directory", shown="web/ beside the package", group=RUN
+    )
     log_level: str = opt(
         "INFO", "log level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), group=RUN
     )

@@ -41,6 +41,7 @@ class Opt:
     repeat: bool = False  # a repeatable flag; the variable joins the values with ``sep``
     sep: str = ","
     group: str = "general"
+    shown: str | None = None  # the default as the help and docs/options.md say it
 
 
 def opt(default: Any, help: str, **kwargs: Any) -> Any:
@@ -93,7 +94,8 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         group = groups.get(spec.group)
         if group is None:
             group = groups[spec.group] = parser.add_argument_group(spec.group)
-        shown = "" if field.default is None else f" (default: {_show(field.default)})"
+        default = spec.shown or _show(field.default)
+        shown = "" if field.default is None else f" (default: {default})"
         text = f"{spec.help}{shown} [{env_of(field)}]".replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": field.name, "default": None, "help": text}
         if isinstance(field.default, bool):
@@ -178,7 +180,7 @@ def markdown(cls: type) -> str:
             flag = flag_of(field)
             if isinstance(field.default, bool):
                 flag = f"{flag}, --no-{flag[2:]}"
-            default = "none" if field.default is None else _show(field.default)
+            default = spec.shown or ("none" if field.default is None else _show(field.default))
             text = spec.help.replace("|", "\\|")
             lines.append(f"| `{flag}` | `{env_of(field)}` | `{default}` | {text} |")
         lines.append("")

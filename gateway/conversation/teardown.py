@@ -82,6 +82,12 @@ def release(session: Session) -> None:
             log.exception("session %s: teardown step %s failed", session.id, step.__name__)
 
 
+def release_speech(session: Any) -> None:
+    """The speech part of ``release``, for sessions of other front doors (a Realtime
+    WebSocket: a conversation and no WebRTC leg)."""
+    _release_speech(session)
+
+
 def _release_session(session: Session) -> None:
     session.webrtc.on_failed = _ignore
     session._closing = None  # the closing task (done or finishing: it runs this)

@@ -24,16 +24,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 
-from gateway.agent.base import Agent, AgentError, Message
+from gateway.agent.base import AgentError, Message
+from gateway.agent.openai_chat import ToolCallDelta
 from gateway.conversation.conversation import Conversation
 from gateway.conversation.events import Event
-from gateway.listen.asr import RecognitionError, Recognizer
+from gateway.listen.asr import RecognitionError
 from gateway.listen.listener import (
     FinalTranscript,
     Listener,
@@ -62,8 +62,10 @@ from gateway.realtime.protocol import (
     parse_client_event,
     server_event,
 )
+from gateway.realtime.response import Clause, Hearing, Response, heard_transcript
+from gateway.realtime.tools import chat_messages, chat_tool_choice, chat_tools
 from gateway.speech.speaker import SpeechQueueFull
-from gateway.speech.utterance import Delivery, Utterance, UtteranceState
+from gateway.speech.utterance import Delivery, UtteranceState
 from gateway.text.streaming import stream_clauses
 from gateway.tts.base import Synthesizer
 
@@ -77,87 +79,6 @@ MIN_COMMIT_MS = 100  # OpenAI's least committable buffer
 HISTORY_MESSAGES = 40
 TRANSCRIPT_WAIT_S = 30.0  # a response waits this long for its input's transcription
 SINK = "realtime"
-
-
-@dataclass
-class Hearing:
-    """What the gateway hears and answers with (``DuplexFactory``'s, shared by sessions)."""
-
-    recognizer: Recognizer
-    agent: Agent
-    vad: str = "silero"
-    barge_in_ms: int = 300
-    speculate_ms: int | None = 100
-    turn_silence_ms: int = 500
-
-
-@dataclass(eq=False)
-class Clause:
-    text: str
-    utterance: Utterance
-    sent: bool = False  # its transcript delta went out (with its first audio)
-    audio_ms: float = 0.0
-
-
-@dataclass(eq=False)
-class Response:
-    id: str
-    item: Item
-    modalities: list[str]
-    conversation: str  # "auto": its item joins the conversation; "none": out of band
-    instructions: str
-    context: list[Item]
-    output_format: dict[str, Any]
-    voice: Synthesizer
-    metadata: Any = None
-    status: str = "in_progress"
-    status_details: dict[str, Any] | None = None
-    clauses: list[Clause] = field(default_factory=list)
-    text: list[str] = field(default_factory=list)  # text modality: what was sent
-    task: asyncio.Task[None] | None = None
-    encoder: OutputEncoder | None = None
-    prepared: PreparedReply | None = None  # begun on the tentative transcript
-
-    @property
-    def audio(self) -> bool:
-        return "audio" in self.modalities
-
-    @property
-    def done(self) -> bool:
-        return self.status != "in_progress"
-
-    @property
-    def transcript(self) -> str:
-        if not self.audio:
-            return "".join(self.text)
-        return " ".join(c.text for c in self.clauses if c.sent)
-
-    def part(self) -> dict[str, Any]:
-        """The ``response.content_part`` (``audio`` / ``text``)."""
-        if self.audio:
-            return {"type": "audio", "transcript": self.transcript}
-        return {"type": "text", "text": self.transcript}
-
-    def content(self) -> dict[str, Any]:
-        """The assistant item's content (``output_audio`` / ``output_text``)."""
-        if self.audio:
-            return {"type": "output_audio", "transcript": self.transcript}
-        return {"type": "output_text", "text": self.transcript}
-
-    def as_json(self) -> dict[str, Any]:
-        return {"id": self.id, "object": "realtime.response", "status": self.status,
-                "status_details": self.status_details,
-                "output": [self.item.as_json()] if self.status != "in_progress" else [],
-                "conversation_id": "conv_" + self.id[5:] if self.conversation == "auto"
-                else None,
-                "output_modalities": self.modalities, "max_output_tokens": "inf",
-                "audio": {"output": {"format": self.output_format, "voice": self.voice.name}},
-                "metadata": self.metadata,
-                "usage": None if self.status == "in_progress" else {
-                    "total_tokens": 0, "input_tokens": 0, "output_tokens": 0,
-                    "input_token_details": {"text_tokens": 0, "audio_tokens": 0,
-                                            "cached_tokens": 0},
-                    "output_token_details": {"text_tokens": 0, "audio_tokens": 0}}}
 
 
 VoiceResolver = Callable[[str], Synthesizer]
@@ -174,7 +95,7 @@ class RealtimeEngine:
         self.hearing = hearing
         self.voices = voices
         self.config = config
-        self.outbox = outbox or Outbox()
+        self.outbox = outbox if outbox is not None else Outbox()
         self.expires_at = int(time.time() + expires_s)
         self.items = Items()
         self.response: Response | None = None
@@ -202,8 +123,11 @@ class RealtimeEngine:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pump: asyncio.Task[None] | None = None
         self._play_until = 0.0  # when the client has played everything sent (paced)
+        self.lead_s = OUTPUT_LEAD_MS / 1000  # how far ahead of real time audio may be sent
         self.closed = False
         self.events_in = 0
+        #: a client event other than an append, or the user's speech (the idle sweep's clock)
+        self.last_activity = time.monotonic()
         self.errors = 0
         self.barge_ins = 0
 
@@ -255,6 +179,10 @@ class RealtimeEngine:
     def _session_json(self) -> dict[str, Any]:
         return self.config.as_json(self.id, self.expires_at)
 
+    def session_json(self) -> dict[str, Any]:
+        """The session's config as ``session.created`` shows it (GA)."""
+        return self._session_json()
+
     # -- client events ------------------------------------------------------------------------
     async def handle_text(self, text: str | bytes) -> None:
         """One message from the client; a bad one is answered with an ``error`` event."""
@@ -266,9 +194,15 @@ class RealtimeEngine:
             await self.handle(event)
         except ClientError as exc:
             self._error(exc)
+        except Exception as exc:  # a bug of ours: this event fails, the session goes on
+            log.exception("realtime event failed")
+            self._error(ClientError("server_error", f"the event failed: {exc!r}",
+                                    type="server_error"))
 
     async def handle(self, event: dict[str, Any]) -> None:
         kind, event_id = event["type"], event.get("event_id")
+        if kind != "input_audio_buffer.append":
+            self.last_activity = time.monotonic()
         if kind == "input_audio_buffer.append":
             await self._append(decode_audio(event), event_id)
         elif kind == "session.update":
@@ -350,7 +284,11 @@ class RealtimeEngine:
         self.listener = self._listen_task = None
         if old is not None:
             self._spawn(_close_listener(old, old_task), "listener-close")
+        for item in self._turn_items.values():  # its turn will not be transcribed now
+            if item.transcribed is not None and not item.transcribed.done():
+                self._transcribed(item, None, "the turn detector was reconfigured mid-turn")
         self._turn_items.clear()
+        self._pending = np.zeros(0, dtype=np.int16)
         vad = self.config.vad
         if vad is None:
             return
@@ -437,6 +375,7 @@ class RealtimeEngine:
             item = Item(new_id("item"), "message", "user",
                         [{"type": "input_audio", "transcript": None}], status="in_progress")
             self._turn_items[listener.turn] = item
+            self.last_activity = time.monotonic()
             self._emit("input_audio_buffer.speech_started", audio_start_ms=self._ms(event.at),
                        item_id=item.id)
         elif isinstance(event, SpeechStopped):
@@ -660,22 +599,78 @@ class RealtimeEngine:
         response = Response(new_id("resp"), item, mods, conversation, instructions, context,
                             fmt, voice, metadata=raw.get("metadata"))
         response.encoder = OutputEncoder(fmt["type"])
+        tools = raw["tools"] if isinstance(raw.get("tools"), list) else cfg.tools
+        choice = chat_tool_choice(raw.get("tool_choice", cfg.tool_choice))
+        if tools and choice != "none" and hasattr(self.hearing.agent, "reply_with_tools"):
+            response.tools, response.tool_choice = chat_tools(tools), choice
+        if prepared is not None and response.tools:
+            self._discard(prepared)  # prepared without the tools
+            prepared = None
         response.prepared = prepared
         item.clauses = response.clauses
         self.response = response
         self._emit("response.created", response=response.as_json())
         self._emit("rate_limits.updated", rate_limits=[
             {"name": "requests", "limit": None, "remaining": None, "reset_seconds": None}])
-        previous = self.items.add(item) if conversation == "auto" else None
-        self._emit("response.output_item.added", response_id=response.id, output_index=0,
-                   item=item.as_json())
-        if conversation == "auto":
+        if not response.tools:
+            self._open_message(response)  # with tools: once text comes (it may not)
+        response.task = self._spawn(self._respond(response), "realtime-response")
+
+    def _open_message(self, response: Response) -> None:
+        item = response.item
+        if item in response.outputs:
+            return
+        response.outputs.append(item)
+        previous = self.items.add(item) if response.conversation == "auto" else None
+        self._emit("response.output_item.added", response_id=response.id,
+                   output_index=response.index(item), item=item.as_json())
+        if response.conversation == "auto":
             self._emit("conversation.item.added", previous_item_id=previous,
                        item=item.as_json())
         item.content.append(response.content())
         self._emit("response.content_part.added", response_id=response.id, item_id=item.id,
-                   output_index=0, content_index=0, part=response.part())
-        response.task = self._spawn(self._respond(response), "realtime-response")
+                   output_index=response.index(item), content_index=0, part=response.part())
+
+    def _tool_delta(self, response: Response, delta: ToolCallDelta) -> None:
+        call = response.calls.get(delta.index)
+        if call is None:
+            if len(response.calls) >= 16:
+                return  # a bound: at most 16 calls in one response
+            call = Item(new_id("item"), "function_call", call_id=delta.id or new_id("call"),
+                        name=delta.name or "", arguments="", status="in_progress")
+            response.calls[delta.index] = call
+            response.outputs.append(call)
+            previous = self.items.add(call) if response.conversation == "auto" else None
+            self._emit("response.output_item.added", response_id=response.id,
+                       output_index=response.index(call), item=call.as_json())
+            if response.conversation == "auto":
+                self._emit("conversation.item.added", previous_item_id=previous,
+                           item=call.as_json())
+        if delta.name and not call.name:
+            call.name = delta.name
+        if delta.arguments and len(call.arguments or "") < 65_536:
+            call.arguments = (call.arguments or "") + delta.arguments
+            self._emit("response.function_call_arguments.delta", response_id=response.id,
+                       item_id=call.id, output_index=response.index(call),
+                       call_id=call.call_id, delta=delta.arguments)
+
+    async def _texts(self, response: Response) -> AsyncIterator[str]:
+        """The agent's reply with tools: its text pieces (the message opened on the first),
+        its tool calls handled on the way."""
+        agent: Any = self.hearing.agent
+        own = {i.id for i in response.outputs} | {response.item.id}
+        messages = chat_messages(response.context, response.instructions, own)
+        stream = agent.reply_with_tools(messages, response.tools, response.tool_choice)
+        async with contextlib.aclosing(stream) as pieces:
+            async for piece in pieces:
+                if response.done:
+                    return
+                if isinstance(piece, str):
+                    if piece:
+                        self._open_message(response)
+                        yield piece
+                else:
+                    self._tool_delta(response, piece)
 
     def _agent_input(self, response: Response) -> tuple[str, list[Message]]:
         return self._agent_input_for(response.context, response.instructions, response.item)
@@ -711,11 +706,13 @@ class RealtimeEngine:
         if pending and response.prepared is None:
             await asyncio.wait(pending, timeout=TRANSCRIPT_WAIT_S)
         text, history = self._agent_input(response)
+        pieces: AsyncIterator[str] = self._texts(response) if response.tools \
+            else self.hearing.agent.reply(text, history)
         try:
             if response.audio:
-                await self._speak(response, text, history)
+                await self._speak(response, pieces)
             else:
-                await self._write(response, text, history)
+                await self._write(response, pieces)
         except AgentError as exc:
             if not response.done:
                 self._finish(response, "failed", {"type": "failed", "error": {
@@ -724,23 +721,24 @@ class RealtimeEngine:
         if not response.done:
             self._finish(response, "completed")
 
-    async def _write(self, response: Response, text: str, history: Sequence[Message]) -> None:
-        stream = self.hearing.agent.reply(text, history)
+    async def _write(self, response: Response, stream: AsyncIterator[str]) -> None:
         async with contextlib.aclosing(stream) as pieces:
             async for piece in pieces:
                 if response.done:
                     return
                 response.text.append(piece)
                 self._emit("response.output_text.delta", response_id=response.id,
-                           item_id=response.item.id, output_index=0, content_index=0,
-                           delta=piece)
+                           item_id=response.item.id, output_index=response.index(response.item),
+                           content_index=0, delta=piece)
 
-    async def _speak(self, response: Response, text: str, history: Sequence[Message]) -> None:
+    async def _speak(self, response: Response, pieces: AsyncIterator[str]) -> None:
         prepared = response.prepared
         if prepared is None:
-            stream = stream_clauses(self.hearing.agent.reply(text, history))
+            stream = stream_clauses(pieces)
         else:
             stream = prepared.clauses
+            with contextlib.suppress(Exception):
+                await pieces.aclose()  # type: ignore[attr-defined]  # never started
         async with contextlib.aclosing(stream) as clauses:
             if prepared is not None:
                 try:
@@ -797,30 +795,41 @@ class RealtimeEngine:
         for clause in response.clauses:
             self._by_utterance.pop(clause.utterance.id, None)
         item = response.item
-        if self.audio_out == "rtp":  # what the call's sink sent is what was heard
-            for clause in response.clauses:
-                clause.audio_ms = clause.utterance.frames_sent * 20.0
-            item.audio_ms = sum(c.audio_ms for c in response.clauses)
-            if status == "cancelled":
-                item.content[0]["transcript"] = heard_transcript(response.clauses,
-                                                                 item.audio_ms)
-        item.status = "completed" if status == "completed" else "incomplete"
-        item.content[0] = response.content()
+        final = "completed" if status == "completed" else "incomplete"
+        if item in response.outputs:
+            item.status = final
+            item.content[0] = response.content()
+            if self.audio_out == "rtp":  # what the call's sink sent is what was heard
+                for clause in response.clauses:
+                    clause.audio_ms = clause.utterance.frames_sent * 20.0
+                item.audio_ms = sum(c.audio_ms for c in response.clauses)
+                if status == "cancelled":
+                    item.content[0]["transcript"] = heard_transcript(response.clauses,
+                                                                     item.audio_ms)
+        for call in response.calls.values():
+            call.status = final
         if not emit:
             return
-        ids = {"response_id": response.id, "item_id": item.id, "output_index": 0,
-               "content_index": 0}
-        if response.audio:
-            self._emit("response.output_audio.done", **ids)
-            self._emit("response.output_audio_transcript.done", **ids,
-                       transcript=response.transcript)
-        else:
-            self._emit("response.output_text.done", **ids, text=response.transcript)
-        self._emit("response.content_part.done", **ids, part=response.part())
-        self._emit("response.output_item.done", response_id=response.id, output_index=0,
-                   item=item.as_json())
-        if response.conversation == "auto":
-            self._emit("conversation.item.done", item=item.as_json())
+        for output in response.outputs:
+            index = response.index(output)
+            if output is item:
+                ids = {"response_id": response.id, "item_id": item.id, "output_index": index,
+                       "content_index": 0}
+                if response.audio:
+                    self._emit("response.output_audio.done", **ids)
+                    self._emit("response.output_audio_transcript.done", **ids,
+                               transcript=response.transcript)
+                else:
+                    self._emit("response.output_text.done", **ids, text=response.transcript)
+                self._emit("response.content_part.done", **ids, part=response.part())
+            else:
+                self._emit("response.function_call_arguments.done", response_id=response.id,
+                           item_id=output.id, output_index=index, call_id=output.call_id,
+                           name=output.name, arguments=output.arguments or "")
+            self._emit("response.output_item.done", response_id=response.id,
+                       output_index=index, item=output.as_json())
+            if response.conversation == "auto":
+                self._emit("conversation.item.done", item=output.as_json())
         self._emit("response.done", response=response.as_json())
         if self.audio_out == "rtp" and self._playing is response and status != "cancelled":
             self._playing = None
@@ -846,7 +855,8 @@ class RealtimeEngine:
         clause.sent = True
         spoken = [c for c in response.clauses if c.sent]
         self._emit("response.output_audio_transcript.delta", response_id=response.id,
-                   item_id=response.item.id, output_index=0, content_index=0,
+                   item_id=response.item.id, output_index=response.index(response.item),
+                   content_index=0,
                    delta=clause.text if len(spoken) == 1 else " " + clause.text)
 
     async def _pump_audio(self) -> None:
@@ -857,8 +867,8 @@ class RealtimeEngine:
             await queue.wait_ready()
             await self.outbox.wait_room()
             ahead = self._play_until - loop.time()
-            if ahead > OUTPUT_LEAD_MS / 1000:
-                await asyncio.sleep(ahead - OUTPUT_LEAD_MS / 1000)
+            if ahead > self.lead_s:
+                await asyncio.sleep(ahead - self.lead_s)
                 continue
             run = queue.pop_run(DELTA_FRAMES)
             if run is None:
@@ -879,8 +889,8 @@ class RealtimeEngine:
         response, clause = found
         if response.done or owner.utterance.state is UtteranceState.INTERRUPTED:
             return
-        ids = {"response_id": response.id, "item_id": response.item.id, "output_index": 0,
-               "content_index": 0}
+        ids = {"response_id": response.id, "item_id": response.item.id,
+               "output_index": response.index(response.item), "content_index": 0}
         if not clause.sent:
             self._transcript_delta(response, clause)
         assert response.encoder is not None
@@ -907,24 +917,6 @@ class RealtimeEngine:
                 "turn_detection": (self.config.turn_detection or {}).get("type"),
                 "response": None if self.response is None else
                 {"id": self.response.id, "status": self.response.status}}
-
-
-def heard_transcript(clauses: list[Clause], audio_end_ms: float) -> str:
-    """The transcript as far as ``audio_end_ms`` of the audio was heard: whole clauses, and of
-    the clause playing then, its words in proportion to its audio heard."""
-    words: list[str] = []
-    at = 0.0
-    for clause in clauses:
-        if not clause.sent or at >= audio_end_ms:
-            break
-        if at + clause.audio_ms <= audio_end_ms:
-            words.extend(clause.text.split())
-        else:
-            share = (audio_end_ms - at) / clause.audio_ms if clause.audio_ms else 0
-            pieces = clause.text.split()
-            words.extend(pieces[: int(len(pieces) * share)])
-        at += clause.audio_ms
-    return " ".join(words)
 
 
 async def _close_listener(listener: Listener, task: asyncio.Task[None] | None) -> None:

@@ -35,13 +35,16 @@ class EphemeralKeys:
         self._keys: OrderedDict[str, Grant] = OrderedDict()
         self.issued = 0
 
-    def issue(self, session: dict[str, Any] | None, seconds: int = DEFAULT_S) -> tuple[str, int]:
+    def issue(self, session: dict[str, Any] | None, seconds: int = DEFAULT_S,
+              prefix: str = "") -> tuple[str, int]:
+        """A new key; ``prefix`` (the worker's session-id prefix) names where it is good, so a
+        supervisor sends its calls there."""
         if not MIN_S <= seconds <= MAX_S:
             raise ValueError(f"expires_after.seconds must be from {MIN_S} to {MAX_S}")
         now = self._clock()
         while self._keys and next(iter(self._keys.values())).expires_at <= now:
             self._keys.popitem(last=False)  # keys expire in the order they were made
-        value = PREFIX + secrets.token_urlsafe(24)
+        value = PREFIX + prefix + secrets.token_urlsafe(24)
         expires_at = int(now + seconds)
         self._keys[value] = Grant(session, expires_at)
         while len(self._keys) > self._max:

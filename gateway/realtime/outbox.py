@@ -30,6 +30,8 @@ class Outbox:
         self.overflowed = False
         self.sent = 0
         self.high_water = 0
+        #: other readers of the same events (a call's control sockets), each bounded alike
+        self.watchers: list[Outbox] = []
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -37,6 +39,10 @@ class Outbox:
     def put(self, event: dict[str, Any]) -> None:
         if self.closed:
             return
+        for watcher in list(self.watchers):
+            watcher.put(event)
+            if watcher.closed:
+                self.watchers.remove(watcher)
         if self.translate is not None:
             translated = self.translate(event)
             if translated is None:
@@ -71,6 +77,9 @@ class Outbox:
         return text
 
     def close(self) -> None:
+        for watcher in self.watchers:
+            watcher.close()
+        self.watchers.clear()
         self.closed = True
         self._ready.set()
         self._room.set()

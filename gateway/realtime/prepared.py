@@ -10,37 +10,6 @@ word early.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from gateway.conversation.duplex import PreparedReply
 
-from gateway.speech.prerender import Prerender
-
-
-@dataclass(eq=False)
-class PreparedReply:
-    turn: int
-    text: str
-    clauses: AsyncIterator[str]
-    task: asyncio.Task[None] | None = None  # reads the first clause, starts its rendering
-    first: str | None = None
-    prerender: Prerender | None = None
-
-    def take_prerender(self) -> Prerender | None:
-        prerender, self.prerender = self.prerender, None
-        return prerender
-
-    async def discard(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-        if self.task is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-        aclose = getattr(self.clauses, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(Exception):
-                await aclose()
-        prerender = self.take_prerender()
-        if prerender is not None:
-            prerender.cancel()
+__all__ = ["PreparedReply"]  # the duplex loop's own: one class for both doors

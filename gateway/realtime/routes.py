@@ -19,13 +19,14 @@ from gateway.http.openai_speech import OPENAI_VOICES
 from gateway.realtime.beta import session_to_beta, session_to_ga, wants_beta
 from gateway.realtime.call import RealtimeCall
 from gateway.realtime.config import SessionConfig
-from gateway.realtime.engine import Hearing, RealtimeEngine
+from gateway.realtime.engine import RealtimeEngine
 from gateway.realtime.keys import DEFAULT_S, EphemeralKeys
 from gateway.realtime.keys import PREFIX as KEY_PREFIX
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.protocol import MAX_MESSAGE_BYTES, ClientError, new_id
+from gateway.realtime.response import Hearing
 from gateway.realtime.session import RealtimeSession
-from gateway.realtime.websocket import serve
+from gateway.realtime.websocket import serve, serve_control
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
 from gateway.session.session import Session
 from gateway.tts.base import Synthesizer
@@ -135,6 +136,12 @@ FRONT_DOOR = web.AppKey("realtime", RealtimeFrontDoor)
 routes = web.RouteTableDef()
 
 
+def unavailable() -> web.Response:
+    """Without the hearing stack this gateway serves no Realtime API (404: not here)."""
+    return refuse(404, "realtime_unavailable", "the Realtime API needs the gateway's hearing "
+                  "(VAD, Whisper, the agent): start it with --duplex")
+
+
 def refuse(status: int, code: str, message: str, retry: bool = False) -> web.Response:
     headers = {"Retry-After": "5"} if retry else None
     return web.json_response({"error": {"code": code, "message": message,
@@ -151,8 +158,7 @@ def offered_protocols(request: web.Request) -> list[str]:
 async def realtime_socket(request: web.Request) -> web.StreamResponse:
     door = request.app[FRONT_DOOR]
     if not door.available:
-        return refuse(503, "realtime_unavailable", "the Realtime API needs the gateway's "
-                      "hearing: start it with --duplex")
+        return unavailable()
     ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, heartbeat=30.0)
     if not ws.can_prepare(request).ok:
         return refuse(426, "upgrade_required", "GET /v1/realtime is a WebSocket: upgrade it")
@@ -161,6 +167,8 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
     if chosen is not None:
         ws = web.WebSocketResponse(protocols=(chosen,), max_msg_size=MAX_MESSAGE_BYTES,
                                    heartbeat=30.0)
+    if "call_id" in request.query:
+        return await _control(request, ws)
     try:
         session = door.open(request.query.get("model") or DEFAULT_MODEL, "realtime-websocket",
                             door.granted(request))
@@ -176,6 +184,21 @@ async def realtime_socket(request: web.Request) -> web.StreamResponse:
         await session.close("upgrade failed")
         raise
     await serve(ws, session)
+    return ws
+
+
+async def _control(request: web.Request, ws: web.WebSocketResponse) -> web.StreamResponse:
+    """``GET /v1/realtime?call_id=…``: a backend watches and steers a call (not with an
+    ephemeral key: that is the browser's)."""
+    door = request.app[FRONT_DOOR]
+    if door.granted(request) is not None:
+        return refuse(403, "forbidden", "an ephemeral key cannot open a call's control socket")
+    session = door.registry.get(request.query["call_id"])
+    call = getattr(session, "duplex", None)
+    if session is None or not isinstance(call, RealtimeCall):
+        return refuse(404, "call_not_found", "no such call (it may have ended)")
+    await ws.prepare(request)
+    await serve_control(ws, call.engine, session.closed)
     return ws
 
 
@@ -233,8 +256,7 @@ async def _call(request: web.Request, model: str) -> web.StreamResponse:
     arrived = time.monotonic()
     door = request.app[FRONT_DOOR]
     if not door.available:
-        return refuse(503, "realtime_unavailable", "the Realtime API needs the gateway's "
-                      "hearing: start it with --duplex")
+        return unavailable()
     beta = wants_beta(request.headers, [])
     try:
         offer, raw = await _offer_and_session(request)
@@ -302,9 +324,12 @@ async def _issue(request: web.Request) -> tuple[dict[str, Any] | None, int, Sess
 @routes.post("/v1/realtime/client_secrets")
 async def client_secrets(request: web.Request) -> web.Response:
     """GA: ``client.realtime.client_secrets.create(session=...)`` -> ``{value: "ek_…"}``."""
+    if not request.app[FRONT_DOOR].available:
+        return unavailable()
     try:
         raw, seconds, config = await _issue(request)
-        value, expires_at = request.app[FRONT_DOOR].keys.issue(raw, seconds)
+        door = request.app[FRONT_DOOR]
+        value, expires_at = door.keys.issue(raw, seconds, door.registry.id_prefix)
     except ClientError as exc:
         return refuse(400, exc.code, exc.message)
     except ValueError as exc:
@@ -316,6 +341,8 @@ async def client_secrets(request: web.Request) -> web.Response:
 @routes.post("/v1/realtime/sessions")
 async def beta_sessions(request: web.Request) -> web.Response:
     """Beta: a session's config in the beta shape -> ``{client_secret: {value, expires_at}}``."""
+    if not request.app[FRONT_DOOR].available:
+        return unavailable()
     try:
         try:
             beta = await request.json() if request.can_read_body else {}
@@ -327,7 +354,7 @@ async def beta_sessions(request: web.Request) -> web.Response:
             raise ClientError("invalid_json", "the body must be a JSON object")
         door = request.app[FRONT_DOOR]
         config = door.call_config(str(beta.get("model") or DEFAULT_MODEL), raw)
-        value, expires_at = door.keys.issue(raw, 60)  # beta keys lived a minute
+        value, expires_at = door.keys.issue(raw, 60, door.registry.id_prefix)  # beta: a minute
     except ClientError as exc:
         return refuse(400, exc.code, exc.message)
     return web.json_response({**session_to_beta(config.as_json(new_id("sess"), expires_at)),

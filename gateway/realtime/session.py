@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gateway.conversation import teardown
 from gateway.conversation.conversation import Conversation
 from gateway.realtime.engine import RealtimeEngine
+from gateway.runtime import gc_policy
 from gateway.speech.speaker import Speaker
 
 log = logging.getLogger(__name__)
@@ -43,10 +45,11 @@ class RealtimeSession:
         self.last_activity = time.monotonic()
 
     def idle_for(self, now: float) -> float:
-        """Seconds with no client event and nothing being answered."""
+        """Seconds with no request, no client event but appends (a microphone streaming
+        silence is idle), no speech heard and nothing being answered."""
         if self.engine.busy or not self.speaker.idle.is_set():
             self.last_activity = now
-        return now - self.last_activity
+        return now - max(self.last_activity, self.engine.last_activity)
 
     def close_soon(self, reason: str) -> None:
         if self._closing is None and not self.closed.is_set():
@@ -69,6 +72,12 @@ class RealtimeSession:
             if self._on_closed is not None:
                 self._on_closed(self)
             self._on_closed = None
+            self._closing = None
+            try:  # its reference cycles cut: refcounting frees it (no full collection)
+                teardown.release_speech(self)
+                gc_policy.watch_closed([self, self.conversation, self.speaker, self.engine])
+            except Exception:
+                log.exception("realtime session %s: teardown failed", self.id)
 
     def state(self) -> dict[str, Any]:
         speaker = self.speaker

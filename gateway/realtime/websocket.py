@@ -15,12 +15,15 @@ import contextlib
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway.realtime.engine import RealtimeEngine
-from gateway.realtime.protocol import ClientError, error_event
+from gateway.realtime.outbox import Outbox
+from gateway.realtime.protocol import ClientError, error_event, server_event
 from gateway.realtime.session import RealtimeSession
 
 
-async def _write(ws: web.WebSocketResponse, engine: RealtimeEngine) -> None:
-    while (text := await engine.outbox.get()) is not None:
+async def _write(ws: web.WebSocketResponse, engine: RealtimeEngine,
+                 outbox: Outbox | None = None) -> None:
+    outbox = engine.outbox if outbox is None else outbox
+    while (text := await outbox.get()) is not None:
         await ws.send_str(text)
 
 
@@ -61,3 +64,33 @@ async def serve(ws: web.WebSocketResponse, session: RealtimeSession) -> None:
             WSCloseCode.GOING_AWAY if reason == "draining" else WSCloseCode.OK)
         with contextlib.suppress(Exception):
             await ws.close(code=code, message=reason.encode()[:120])
+
+
+async def serve_control(ws: web.WebSocketResponse, engine: RealtimeEngine,
+                        closed: asyncio.Event) -> None:
+    """A backend's control socket on a call (``?call_id=``): the call's events (GA names, a
+    bounded outbox of its own: a slow watcher is cut off, never the call), and its client
+    events handled as the call's own. The call goes on when the socket closes."""
+    watcher = Outbox()
+    watcher.put(server_event("session.created", session=engine.session_json()))
+    engine.outbox.watchers.append(watcher)
+    writer = asyncio.ensure_future(_write(ws, engine, watcher))
+    reader = asyncio.ensure_future(_read(ws, engine))
+    ended = asyncio.ensure_future(closed.wait())
+    try:
+        await asyncio.wait({writer, reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if watcher in engine.outbox.watchers:
+            engine.outbox.watchers.remove(watcher)
+        watcher.close()
+        for task in (reader, ended):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(writer), 2.0)
+        writer.cancel()
+        for task in (reader, writer, ended):
+            with contextlib.suppress(BaseException):
+                await task
+        code = WSCloseCode.POLICY_VIOLATION if watcher.overflowed else WSCloseCode.OK
+        with contextlib.suppress(Exception):
+            await ws.close(code=code)

@@ -12,7 +12,6 @@ import pytest
 
 from gateway.realtime import audio_formats as af
 from gateway.realtime.config import SessionConfig
-from gateway.realtime.engine import Clause, heard_transcript
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.protocol import (
     MAX_APPEND_BYTES,
@@ -20,6 +19,7 @@ from gateway.realtime.protocol import (
     decode_audio,
     parse_client_event,
 )
+from gateway.realtime.response import Clause, heard_transcript
 
 
 def test_g711_tables_are_the_standards():
