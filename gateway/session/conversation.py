@@ -81,12 +81,13 @@ class Conversation:
         self.resume()  # the queue is empty: the next reply plays at once
         return cut
 
-    def heard(self, utterance: Utterance) -> Heard:
-        """How much of ``utterance`` the listener heard (as of its cut, if it was cut)."""
+    def heard(self, utterance: Utterance, text: str | None = None) -> Heard:
+        """How much of ``utterance`` (saying ``text``: default, what it was said with, known
+        until it has finished) the listener heard -- as of its cut, if it was cut."""
         cached = self._heard.get(utterance)
         if cached is not None:
             return cached
-        return heard(utterance, self._texts.get(utterance, ""))
+        return heard(utterance, self._texts.get(utterance, "") if text is None else text)
 
     def _on_utterance(self, utterance: Utterance, state: UtteranceState) -> None:
         self.events.publish("utterance", id=utterance.id, state=state.value)

@@ -93,6 +93,7 @@ class Turn:
     replied_at: float | None = None  # the agent's reply complete (every clause said)
     reply: list[str] = field(default_factory=list)
     utterances: list[Utterance] = field(default_factory=list)
+    spoken: list[tuple[str, Utterance]] = field(default_factory=list)  # clause, its utterance
     interrupted: bool = False
     heard_text: str | None = None  # what the listener heard of the reply (once committed)
     heard_ms: int | None = None
@@ -279,7 +280,7 @@ class Duplex:
         """Record ``turn``'s exchange in the history, its reply as heard (once)."""
         if turn.heard_text is not None or not turn.text.strip():
             return
-        heard = [self.conversation.heard(u) for u in turn.utterances]
+        heard = [self.conversation.heard(u, clause) for clause, u in turn.spoken]
         turn.heard_text = " ".join(h.text for h in heard if h.text)
         turn.heard_ms = sum(h.ms for h in heard)
         self.history.record(turn.text, turn.heard_text)
@@ -402,6 +403,7 @@ class Duplex:
                 prerendered.cancel()
             return
         turn.utterances.append(utterance)
+        turn.spoken.append((clause, utterance))
         self.events.publish("reply", text=clause, utterance=utterance.id, turn=turn.number)
 
     async def _reply_to(self, turn: Turn, prepared: PreparedReply | None = None) -> None:
