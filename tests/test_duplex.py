@@ -145,11 +145,15 @@ async def test_talking_over_a_reply_cuts_it_but_a_noise_burst_does_not(talking):
     session = next(iter(talk.gateway.registry))
     cut = session.speaker.get(utterance)
     assert cut.state.value == "interrupted"
-    # the user's first voiced frame as the gateway heard it -> the reply cut: the barge-in
-    # minimum (300 ms) and at most 100 ms more (the VAD's 32 ms window, a frame or two)
+    # the user's first voiced frame as the gateway heard it -> the reply paused: 100 ms of
+    # voice and at most 100 ms more (the VAD's 32 ms window, a frame or two) ...
+    paused_heard_at, paused_at = session.duplex.last_pause
+    assert 0.08 <= paused_at - paused_heard_at <= 0.1 + 0.1, paused_at - paused_heard_at
+    # ... -> cut: the voice went on while paused (100 ms of grace + 600 ms), or words heard
+    # (speech has gaps, and the partial transcript may come first: a loose bound)
     heard_at, cut_at = session.duplex.last_barge_in
     # (heard on the playout clock: a stalled loop plays a few frames back to back)
-    assert 0.2 <= cut.finished_at - heard_at <= 0.3 + 0.1, cut.finished_at - heard_at
+    assert 0.3 <= cut.finished_at - heard_at <= 1.5, cut.finished_at - heard_at
     assert cut.finished_at - cut_at < 0.01  # the cut itself is immediate
     # ... and from the microphone, uplink included (network, a shallow jitter buffer)
     print(f"barge-in: {(cut.finished_at - talk.mic.started_at) * 1000:.0f} ms after the "
