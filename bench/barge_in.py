@@ -76,7 +76,7 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
     echo: list[np.ndarray] = [np.zeros(SLOT, dtype=np.int16)] * ECHO_DELAY_SLOTS
     silence = np.zeros(SLOT, dtype=np.int16)
     slot, sent, started, onset = 0, 0, None, None
-    paused_slot = cut_slot = None
+    paused_slot = cut_slot = ended = None
     pauses = 0
     t0 = loop.time()
     while slot < 2000:
@@ -100,15 +100,17 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
                     onset = slot
         was_paused = conversation.paused
         duplex.hear(np.clip(mic, -32768, 32767).astype(np.int16))
-        if conversation.paused and not was_paused:
+        if conversation.paused and not was_paused and ended is None:
             pauses += 1
             if paused_slot is None and onset is not None:
                 paused_slot = slot
         if utterance.state is UtteranceState.INTERRUPTED and cut_slot is None:
             cut_slot = slot
         slot += 1
-        if utterance.state in FINAL_STATES and slot > (cut_slot or slot) + 50:
-            break
+        if utterance.state in FINAL_STATES:
+            ended = slot if ended is None else ended
+            if slot > ended + 50:  # 1 s after the reply ended (what it set off stays out)
+                break
     await duplex.close()
     await conversation.close()
 
@@ -116,6 +118,7 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
         return None if a is None or b is None else (b - a) * 20
 
     return {"pauses": pauses, "cut": utterance.state is UtteranceState.INTERRUPTED,
+            "paused_before_onset": onset is not None and paused_slot is None,
             "onset_to_pause_ms": ms(onset, paused_slot), "onset_to_cut_ms": ms(onset, cut_slot),
             "heard_text": turn.heard_text, "frames_sent": sent}
 

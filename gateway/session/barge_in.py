@@ -43,9 +43,16 @@ def words_heard(text: str, reply_text: str = "") -> bool:
     """At least half the transcript's words are the user's own: neither fillers nor the
     reply's words (an echo, even one Whisper got partly wrong, is mostly the reply's)."""
     reply = set(_words(reply_text))
+    stems = {w[:4] for w in reply if len(w) >= 4}
     words = [w for w in _words(text) if w not in FILLERS]
-    novel = sum(w not in reply for w in words)
+    novel = sum(not _echoed(w, reply, stems) for w in words)
     return novel > 0 and novel * 2 >= len(words)
+
+
+def _echoed(word: str, reply: set[str], stems: set[str]) -> bool:
+    """``word`` may be Whisper's rendering of one of the reply's words: the same, a number
+    (Whisper writes "ten" as "10"), or the same first four letters ("favorite")."""
+    return word in reply or word.isdigit() or (len(word) >= 4 and word[:4] in stems)
 
 
 @dataclass

@@ -236,10 +236,12 @@ def test_the_gate_pauses_on_a_burst_and_the_voice_going_on_confirms():
     gate = PauseGate(confirm_ms=120, resume_ms=160)  # pause 100, grace 100, confirm 120, resume 160
     assert run(gate, "vvvv") == {}
     # the 5th voiced frame pauses; 4 frames of grace; 6 voiced frames while paused: a cut
-    assert run(PauseGate(confirm_ms=120, resume_ms=160), "vvvvv" + "vvvv" + "vvvvvv") == {4: "pause", 14: "cut"}
+    fast = PauseGate(confirm_ms=120, resume_ms=160)
+    assert run(fast, "vvvvv" + "vvvv" + "vvvvvv") == {4: "pause", 14: "cut"}
     gaps = PauseGate(confirm_ms=120, resume_ms=160)
     assert run(gaps, "vv.vv.v") == {6: "pause"}  # short gaps are bridged
-    assert run(PauseGate(confirm_ms=120, resume_ms=160), "vv....vvv") == {}  # a longer one starts again
+    gap = PauseGate(confirm_ms=120, resume_ms=160)
+    assert run(gap, "vv....vvv") == {}  # a longer gap starts again
 
 
 def test_the_gate_resumes_when_the_voice_stops_with_the_reply_and_backs_off():
@@ -281,6 +283,7 @@ def test_an_unconfirmed_pause_teaches_the_gate_the_echo_level():
 def test_words_heard():
     assert not words_heard("Hmm.") and not words_heard("uh-huh, mm") and not words_heard("")
     assert not words_heard("three, four", REPLY)  # the reply's own words: an echo
+    assert not words_heard("My favorite colour is 10", "Your favourite colour is ten")
     assert words_heard("Wait, stop.", REPLY) and words_heard("no", REPLY)
     assert heard_words(REPLY, 0.0) == "" and heard_words(REPLY, 1.0) == REPLY
     assert heard_words(REPLY, 0.5) == "one two three four five"
