@@ -25,6 +25,8 @@ import soxr
 
 from bench.common import pct, write_results
 from gateway.agent.echo import EchoAgent
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex, Turn
 from gateway.listen.listener import Listener
 from gateway.listen.recognizers import build_recognizer
 from gateway.listen.turns import TurnOptions
@@ -32,8 +34,6 @@ from gateway.listen.vad import build_vad
 from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
-from gateway.session.conversation import Conversation
-from gateway.session.duplex import Duplex, Turn
 from gateway.speech.utterance import FINAL_STATES, UtteranceState
 from gateway.testing.spoken_audio import noise, speak, trim
 

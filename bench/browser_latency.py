@@ -250,7 +250,7 @@ async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | 
                ab_args: list[str] | None = None, piper: str = "piper",
                ab_piper: str | None = None) -> int:
     if not CHROMIUM.exists():
-        print(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh", file=sys.stderr)
+        print(f"Chromium not installed at {CHROMIUM}; run .ci/install-debian.sh", file=sys.stderr)
         return 2
     from playwright.async_api import async_playwright
 

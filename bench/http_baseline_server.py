@@ -11,9 +11,9 @@ due ``i * 20 ms - lead`` after the first (the gateway's live schedule, same lead
 no sleeping. Byte for byte the gateway's response formats:
 
 - ``POST /v1/speech/stream`` ``{text, voice?, pace?}``: the framed stream
-  (gateway/stream/frame_records.py), header, one frame record per chunk, end record;
+  (gateway/http/frame_records.py), header, one frame record per chunk, end record;
 - ``POST /v1/audio/speech`` ``{input, response_format: "opus", pace?}``: Ogg/Opus
-  (gateway/stream/ogg_opus.py), the two header pages, one page per frame, the EOS page;
+  (gateway/http/ogg_opus.py), the two header pages, one page per frame, the EOS page;
 - ``GET /healthz``.
 
 uvicorn runs with its defaults for loop and parser (``auto``: uvloop and httptools when
@@ -37,12 +37,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
+from gateway.http.frame_records import FrameRecordEncoder
+from gateway.http.ogg_opus import MEDIA_TYPE as OGG_MEDIA_TYPE
+from gateway.http.ogg_opus import OggOpusWriter
 from gateway.media.opus_codec import FRAME_MS, FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
 from gateway.speech.phrase_store import SUFFIX, decode_entry
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
-from gateway.stream.frame_records import FrameRecordEncoder
-from gateway.stream.ogg_opus import MEDIA_TYPE as OGG_MEDIA_TYPE
-from gateway.stream.ogg_opus import OggOpusWriter
 from gateway.tts.tone import ToneSynthesizer
 
 FRAME_S = FRAME_MS / 1000

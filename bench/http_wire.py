@@ -4,7 +4,7 @@ It sends one ``POST`` (JSON body, ``Connection: close``), reads the response hea
 chunked transfer coding and counts the audio units in the body as they complete, recording
 the arrival time (``time.monotonic()`` when ``data_received`` ran) of each:
 
-- ``frames``: the gateway's framed stream (gateway/stream/frame_records.py): after the stream
+- ``frames``: the gateway's framed stream (gateway/http/frame_records.py): after the stream
   header (12 or 14 bytes, by its version byte), each ``0x01`` frame record is one unit;
   ``0x02``/``0x03`` end the stream;
 - ``ogg``: Ogg pages (RFC 3533); the first two (OpusHead, OpusTags) and empty pages (the EOS
@@ -24,7 +24,7 @@ import time
 from array import array
 from typing import Any
 
-from gateway.stream.frame_records import HEADER_BYTES as FRAMES_HEADER_BYTES  # by version
+from gateway.http.frame_records import HEADER_BYTES as FRAMES_HEADER_BYTES  # by version
 
 OGG_HEADER_PAGES = 2
 

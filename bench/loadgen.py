@@ -145,8 +145,10 @@ class Stream:
 
 
 class LoadSession:
-    def __init__(self, index: int, base_url: str, http: aiohttp.ClientSession, full: bool) -> None:
+    def __init__(self, index: int, base_url: str, http: aiohttp.ClientSession, full: bool,
+                 offer_path: str = "/v1/sessions") -> None:
         self.index = index
+        self.offer_path = offer_path  # or a channel's WHEP endpoint (--channel)
         self.base_url = base_url
         self.http = http
         self.full = full
@@ -199,7 +201,7 @@ class LoadSession:
         if len(sockets) == 1 and sockets[0] is not None:
             self.stream.use_socket(sockets[0])
         async with self.http.post(
-            f"{self.base_url}/v1/sessions", data=pc.localDescription.sdp,
+            f"{self.base_url}{self.offer_path}", data=pc.localDescription.sdp,
             headers={"Content-Type": "application/sdp"},
         ) as response:
             body = await response.text()
@@ -514,8 +516,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=args.http_timeout)
     connector = aiohttp.TCPConnector(limit=max(args.batch, 50))
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+        base = args.url.rstrip("/")
+        offer_path = "/v1/sessions"
+        if args.channel:  # listeners of one channel (docs/channels.md), not sessions
+            async with http.post(f"{base}/v1/channels", json={"name": args.channel}) as r:
+                assert r.status == 201, await r.text()
+            offer_path = f"/v1/channels/{args.channel}/whep"
         sessions = [
-            LoadSession(i, args.url.rstrip("/"), http, full=i < args.full)
+            LoadSession(i, base, http, full=i < args.full, offer_path=offer_path)
             for i in range(args.sessions)
         ]
         try:
@@ -548,7 +556,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     for _ in range(args.utterances):  # queued back to back: no gap
                         await s.speak(args.text)
 
-                replies = await bounded(live, speak_all, 50)
+                async def speak_channel(_: Any) -> None:
+                    for _ in range(args.utterances):
+                        async with http.post(f"{base}/v1/channels/{args.channel}/speech",
+                                             json={"text": args.text}) as r:
+                            assert r.status == 202, await r.text()
+
+                if args.channel:
+                    replies = await bounded([None], speak_channel, 1)
+                else:
+                    replies = await bounded(live, speak_all, 50)
                 errors = [r for r in replies if isinstance(r, BaseException)]
                 result["speech_requests"] = {
                     "utterances_per_session": args.utterances,
@@ -573,6 +590,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             t = time.monotonic()
             await bounded(sessions, lambda s: s.close(), 50)
+            if args.channel:
+                with contextlib.suppress(aiohttp.ClientError):
+                    async with http.delete(f"{base}/v1/channels/{args.channel}") as r:
+                        await r.read()
             result["teardown_s"] = round(time.monotonic() - t, 2)
     result["consent"] = aiortc_compat.CONSENT.as_json()  # the generator's own checks
     return result
@@ -583,6 +604,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--server-pid", type=int, required=True)
     parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--channel", metavar="NAME",
+                        help="listen to one channel NAME (created, then deleted) over WHEP "
+                        "instead of a session each; its speech is said once, on the channel")
     parser.add_argument("--full", type=int, default=2, help="sessions that decrypt and decode")
     parser.add_argument("--batch", type=int, default=20, help="connections set up at a time")
     parser.add_argument("--window", type=float, default=10.0, help="speaking window, s")

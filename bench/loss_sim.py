@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.media.red_sender import RedSender
-from gateway.media.retransmission import longest_run
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.receive.receive_stats import ReceiveStats
 from gateway.testing.impairment import Impairment, ImpairmentConfig
+from gateway.webrtc.red_sender import RedSender
+from gateway.webrtc.retransmission import longest_run
 
 OPUS_PT = 111
 RED_PT = 63

@@ -23,7 +23,7 @@ bursty (Gilbert-Elliott, mean burst ``--burst`` 3). Receivers (``--modes``):
   RED's distance up to 4 / 8 while NACKs show longer bursts: ``--red-max-distance``).
 
 Live, four listeners run at once per condition (plain: aiortc, plc and fec on the very same
-packets; nack; red; red_nack), the gateway sending RED on every packet (``--red-always``; with
+packets; nack; red; red_nack), the gateway sending RED on every packet (``--no-red-adaptive``; with
 ``--red-adaptive``, the default: only while loss is reported). Offline, a NACK reaches the
 sender half an RTT (``--rtt-ms``, 2) later and a repair arrives the other half after that; the
 link is one channel in time (a retransmission sent in a burst is lost too).
@@ -303,7 +303,7 @@ async def run_live(args: argparse.Namespace, speech: np.ndarray, ref: np.ndarray
                  "--red-distance", str(args.red_distance),
                  "--red-max-distance", str(args.red_max_distance)]
         if not args.red_adaptive:
-            extra.append("--red-always")
+            extra.append("--no-red-adaptive")
         if args.no_phrase_cache:
             extra += ["--phrase-cache-mb", "0"]
         async with gateway_process([f"speech=wav:{wav}"], extra) as url:

@@ -63,6 +63,7 @@ import contextlib
 import ipaddress
 import logging
 import random
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -126,6 +127,7 @@ def check_internals() -> list[str]:
     problems.extend(_teardown_problems())
     problems.extend(_mux_problems())
     problems.extend(_consent_problems())
+    problems.extend(_check_pacing_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems
@@ -1041,3 +1043,58 @@ def _note_mux_ufrag(connection: Any, ufrag: str) -> None:
 def uses_udp_mux(pc: RTCPeerConnection) -> bool:
     transports = getattr(pc, _PC_ICE_TRANSPORTS, set())
     return any(_MUX_ENDPOINTS in vars(_ice_connection_of(t)) for t in transports)
+
+
+# --- ICE: a reflection budget -----------------------------------------------------------------
+
+_CHECK_PERIODIC = "_check_periodic"  # aioice's Ta timer body: starts the next check, or stops
+_PACED = "_gateway_paced_checks"
+
+
+def _check_pacing_problems() -> list[str]:
+    """check_internals' part for this section."""
+    probe = aioice.ice.Connection(ice_controlling=False)
+    problems = []
+    if not callable(getattr(probe, _CHECK_PERIODIC, None)):
+        problems.append(f"aioice.Connection.{_CHECK_PERIODIC}")
+    if not hasattr(probe, "_check_list_done"):
+        problems.append("aioice.Connection._check_list_done")
+    connect = getattr(aioice.ice.Connection, "connect", None)
+    if _CHECK_PERIODIC not in getattr(getattr(connect, "__code__", None), "co_names", ()):
+        problems.append(f"aioice.Connection.connect no longer calls {_CHECK_PERIODIC}")
+    return problems
+
+
+def pace_connectivity_checks(pc: RTCPeerConnection, per_s: float) -> int:
+    """At most ``per_s`` new ICE connectivity checks a second from each of ``pc``'s agents
+    (bursts of ``per_s``), instead of aioice's one every 20 ms (50/s): each check goes to an
+    address the remote side named, with up to 6 retransmissions, so an unpaced agent given
+    thousands of candidates aimed at a third party is a reflection tool (3,000 candidates drew
+    6,018 packets to one port in 30 s). aioice's ``connect`` calls ``_check_periodic`` every 20
+    ms while it returns True; the paced one starts nothing (and keeps the timer going) while
+    the budget is spent. Call after ``setRemoteDescription``. Returns the agents paced."""
+    if per_s <= 0:
+        return 0
+    paced = 0
+    for connection in _ice_connections(pc, (_CHECK_PERIODIC, "_check_list_done")):
+        if _PACED in vars(connection):
+            continue
+        setattr(connection, _PACED, True)
+        connection._check_periodic = _paced(connection, connection._check_periodic, per_s)
+        paced += 1
+    return paced
+
+
+def _paced(connection: Any, original: Callable[[], bool], per_s: float) -> Callable[[], bool]:
+    state = {"tokens": per_s, "at": time.monotonic()}
+
+    def check_periodic() -> bool:
+        now = time.monotonic()
+        state["tokens"] = min(per_s, state["tokens"] + (now - state["at"]) * per_s)
+        state["at"] = now
+        if state["tokens"] < 1.0:
+            return not connection._check_list_done  # wait for the budget; stop once done
+        state["tokens"] -= 1.0
+        return original()
+
+    return check_periodic

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY, STALL_WATCH
+from gateway.api.timeouts import connection_limits, guard_runner, serve_options
 from gateway.cluster.supervisor import needs_supervisor, supervise
 from gateway.cluster.worker import attach_worker
 from gateway.config import GatewayConfig, parse_config
@@ -30,8 +31,11 @@ async def serve(config: GatewayConfig) -> None:
     attach_worker(app, config)  # scale-out: id prefix, absolute Locations, a worker's load
     # handler_cancellation: a client that disconnects cancels its handler (an HTTP stream's
     # synthesis stops at once, not at its next write)
-    runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+    limits = connection_limits(config)
+    runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                           **serve_options(limits))
     await runner.setup()
+    guard_runner(runner, limits)  # header/body timeouts, the per-address cap (api/timeouts.py)
     site = web.TCPSite(runner, config.host, config.port)
     await site.start()
     warmed = await voices.warm_up()  # the first utterance after start is not a cold one

@@ -15,13 +15,13 @@ import av
 
 from gateway.media.fanout import FrameFanout, SinkPolicy
 from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
 from gateway.media.opus_codec import EncoderSettings, silence_packet
-from gateway.media.pacer import PacingClock
-from gateway.media.rtp_sink import RtpSink
 from gateway.media.ticker import Ticker
-from gateway.media.track import PassthroughOpusTrack
+from gateway.nack.store import FrameStore
 from gateway.speech.speaker import Speaker
+from gateway.webrtc.pacer import PacingClock
+from gateway.webrtc.rtp_sink import RtpSink
+from gateway.webrtc.track import PassthroughOpusTrack
 
 
 def pipeline(

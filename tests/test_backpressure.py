@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from gateway.media.opus_codec import FRAME_SAMPLES
-from gateway.media.pacer import PacingClock
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import ENCODE_BATCH, UtteranceState
 from gateway.testing.cosyvoice_audio import synthetic_pcm
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.base import PcmChunk, Synthesizer
 from gateway.tts.registry import build_cosyvoice
+from gateway.webrtc.pacer import PacingClock
 from tests.pipeline import pipeline
 
 QUEUE_FRAMES = 50
@@ -118,6 +118,7 @@ async def drain(
     utterance = speaker.say(HOUR_OF_TEXT, synth)
     worst_read_ahead = 0
     heap = [0, 0, 0]  # halves 0 and 1 (2: the very last frame)
+    speech_at: dict[int, int] = {}  # speech frames sent by the warm-up's end, mid-window, the end
     try:
         baseline = 0
         for i in range(WARM_UP_FRAMES + MEASURED_FRAMES):
@@ -125,6 +126,8 @@ async def drain(
             assert len(queue) <= QUEUE_FRAMES
             sent = track.stats.speech_frames
             worst_read_ahead = max(worst_read_ahead, read_ahead() - sent)
+            if i in (WARM_UP_FRAMES, WARM_UP_FRAMES + MEASURED_FRAMES // 2):
+                speech_at[i] = sent
             if i == WARM_UP_FRAMES:
                 baseline = rss_bytes() - not_ours()
                 if trace:
@@ -145,11 +148,12 @@ async def drain(
         assert 0 <= in_flight <= ENCODE_BATCH  # one encoded batch waits for room
         assert queue.high_water == QUEUE_FRAMES  # the producer ran ahead as far as allowed...
         assert worst_read_ahead <= QUEUE_FRAMES + ENCODE_BATCH + slack_frames  # ...no further
-        # Faster than real time the upstream may fall behind now and then (a silence slot).
-        # The consumer here drains ~100x faster than real time, so how many slots a real
-        # network upstream keeps filled depends on the machine's load (82-97 % seen here); what
-        # must hold is that speech flows throughout, not that it keeps up with 100x real time.
-        assert track.stats.speech_frames >= 0.5 * (WARM_UP_FRAMES + MEASURED_FRAMES)
+        # Faster than real time the upstream may fall behind now and then (a silence slot):
+        # the consumer here drains ~100x faster than real time, so how many slots an upstream
+        # keeps filled is a speed figure of the machine (82-97 %, once 41 %, seen here). What
+        # must hold is that speech flows throughout: frames in each half of the window.
+        marks = [*speech_at.values(), track.stats.speech_frames]
+        assert len(marks) == 3 and marks[0] < marks[1] < marks[2], marks
         print(f"RSS growth over {MEASURED_FRAMES} frames: {growth / 1e6:.2f} MB; "
               f"read-ahead {worst_read_ahead} frames")
         assert growth < rss_limit, f"RSS grew {growth / 1e6:.1f} MB"

@@ -13,9 +13,10 @@ import os
 import pytest
 
 from bench import http_stream
+from tests.installed import need_module
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
+need_module("starlette", "the dev tools (the baseline server)")
+need_module("uvicorn", "the dev tools (the baseline server)")
 
 
 @pytest.mark.timeout(240)

@@ -12,10 +12,10 @@ import aiohttp
 import pytest
 
 from gateway.agent.base import Agent, AgentError, History, Message
-from gateway.agent.clauses import stream_clauses
 from gateway.agent.openai_chat import ChatConfig, OpenAIChatAgent
 from gateway.agent.registry import build_agent
 from gateway.testing.chat_server import ChatStandIn, StandInConfig
+from gateway.text.streaming import stream_clauses
 
 REPLY = ["Sure", ",", " I", " can", " help", " with", " that", ".", " The", " train", " leaves",
          " at", " nine", " fifteen", ",", " from", " platform", " two", "."]

@@ -9,6 +9,7 @@ import pytest
 from gateway.client import __main__ as cli
 from gateway.receive.receive_path import ReceivePath
 from tests.helpers import dominant_frequency
+from tests.installed import missing, need_module
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -114,9 +115,9 @@ async def test_cli_mic_speaks_a_wav_and_prints_the_transcript_reply_and_split(
 
     from gateway.testing.spoken_audio import have_espeak, speak
 
-    pytest.importorskip("faster_whisper", reason="the [listen] extra")
+    need_module("faster_whisper", "the [listen] extra")
     if not have_espeak():
-        pytest.skip("espeak-ng (Debian) speaks the question")
+        missing("espeak-ng", "speaks the question (Debian)")
     gateway = await start_gateway(duplex=True)  # the echo agent
     question = tmp_path / "question.wav"  # 44.1 kHz stereo 24-bit: resampled and mixed down
     _write_wav(question, speak("Where is the nearest train station?", rate=44_100) / 32768.0,

@@ -12,8 +12,8 @@ import pytest
 
 from gateway.client import __main__ as cli
 from gateway.client.ogg_reader import MalformedOgg, OggOpusReader
+from gateway.http.ogg_opus import OggOpusWriter, ogg_crc
 from gateway.media.opus_codec import EncoderSettings, OpusFrameEncoder
-from gateway.stream.ogg_opus import OggOpusWriter, ogg_crc
 from tests.helpers import dominant_frequency
 
 pytestmark = pytest.mark.timeout(60)

@@ -41,6 +41,7 @@ from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.rtp.seqnum import seq_diff
 from tests.browser.conftest import browser, page, playwright_driver  # noqa: F401 (fixtures)
+from tests.installed import missing
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -178,8 +179,8 @@ def idle(h: dict[str, Any]) -> bool:
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server; "
-                    ".ci/install-browser.sh installs it when it can)")
+        missing("redis-server", "the cluster registry (Debian: apt-get install -y redis-server; "
+                ".ci/install-debian.sh installs it when it can)")
     server = RedisServer(free_range(1), tmp_path_factory.mktemp("redis") / "redis.log")
     try:
         server.start()

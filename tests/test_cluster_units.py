@@ -33,6 +33,7 @@ from gateway.cluster.worker import attach_worker
 from gateway.config import GatewayConfig, parse_config
 from gateway.runtime import worker_pool
 from tests.conftest import tone_voices
+from tests.installed import missing
 
 LOOPBACK = "127.0.0.1"
 
@@ -252,7 +253,7 @@ def redis_url(tmp_path: Path):
     import shutil
 
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server)")
+        missing("redis-server", "the Redis directory (Debian: apt-get install -y redis-server)")
     from bench.cluster import free_range
     from tests.test_cluster import RedisServer
 

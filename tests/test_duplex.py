@@ -13,11 +13,12 @@ from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 from gateway import aiortc_compat
 from gateway.testing.mic_track import RecordedMic
 from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, speak, trim
+from tests.installed import need_module, needs
 
-faster_whisper = pytest.importorskip("faster_whisper", reason="the [listen] extra")
+faster_whisper = need_module("faster_whisper", "the [listen] extra")
 pytestmark = [
     pytest.mark.asr,
-    pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian) speaks the questions"),
+    needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
 ]
 
 
@@ -217,7 +218,7 @@ async def test_the_turn_model_ends_a_finished_question(talking):
 
 
 async def test_talking_over_pauses_first_and_the_history_keeps_what_the_client_received(talking):
-    from gateway.session.heard import heard_words
+    from gateway.conversation.heard import heard_words
     from gateway.tts.registry import VoiceRegistry
     from gateway.tts.tone import ToneSynthesizer
 

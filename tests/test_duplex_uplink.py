@@ -10,9 +10,9 @@ import dataclasses
 
 import numpy as np
 
+from gateway.conversation.duplex import UPLINK_RECEIVE
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
-from gateway.session.duplex import UPLINK_RECEIVE
 
 FRAME = 0.020
 STALL = 15  # frames (300 ms) that arrive together at the stall's end

@@ -7,7 +7,7 @@ import json
 
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from gateway.session.events import EventBus
+from gateway.conversation.events import EventBus
 
 
 async def read_sse(response, until_state: str, utterance_id_box: list[str]) -> list[tuple]:

@@ -16,9 +16,9 @@ import pytest
 
 from gateway.api.speech_http import HTTP_STREAMS
 from gateway.config import GatewayConfig
+from gateway.http.frame_records import EndRecord, FrameRecord, FrameRecordParser, StreamHeader
 from gateway.media.framer import Framer
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.stream.frame_records import EndRecord, FrameRecord, FrameRecordParser, StreamHeader
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.registry import VoiceRegistry, build_cosyvoice
 from gateway.tts.tone import ToneSynthesizer

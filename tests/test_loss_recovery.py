@@ -18,9 +18,9 @@ from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.media.framer import Framer
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
+from gateway.nack.rtcp import build_nack_packet
 from gateway.receive.frame_decoder import FrameKind
 from gateway.receive.receive_path import ReceivePathConfig
-from gateway.rtp.rtcp_nack import build_nack_packet
 from gateway.rtp.seqnum import seq_add, seq_diff
 from gateway.testing.impairment import ImpairedSendto, ImpairmentConfig, wrap_sendto
 from tests.conftest import tone_voices

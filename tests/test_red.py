@@ -9,8 +9,8 @@ import re
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from gateway import aiortc_compat
+from gateway.nack.rtcp import build_nack_packet
 from gateway.rtp import red
-from gateway.rtp.rtcp_nack import build_nack_packet
 
 RED_PT = 63
 

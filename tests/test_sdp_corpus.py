@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.session.sdp_policy import inspect_offer, opus_fmtp_line
+from gateway.webrtc.sdp_policy import inspect_offer, opus_fmtp_line
 
 CORPUS = Path(__file__).resolve().parent.parent / "sdp"
 OFFERS = sorted(CORPUS.glob("*.offer.sdp"))

@@ -14,9 +14,9 @@ import pytest
 
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
-from gateway.media import batch_sender
 from gateway.media.opus_codec import silence_packet
-from gateway.rtp.rtcp_nack import build_nack_packet
+from gateway.nack.rtcp import build_nack_packet
+from gateway.webrtc import batch_sender
 
 
 class FailingOwner:

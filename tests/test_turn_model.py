@@ -11,8 +11,9 @@ import pytest
 
 from gateway.listen import smart_turn_files
 from gateway.testing.spoken_audio import concat, have_espeak, silence, speak, trim
+from tests.installed import missing, need_module, needs
 
-pytest.importorskip("onnxruntime", reason="the [listen] extra")
+need_module("onnxruntime", "the [listen] extra")
 
 COMPLETE = ["Please turn off the lights in the kitchen.",
             "Can you tell me the weather for tomorrow?"]
@@ -32,13 +33,13 @@ def as_heard(pcm: np.ndarray) -> np.ndarray:
     return concat(silence(0.3), trim(pcm), silence(0.1))
 
 
-@pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian)")
+@needs("espeak-ng", have_espeak(), "speaks the sentences (Debian)")
 @pytest.mark.parametrize("text", COMPLETE)
 def test_a_finished_sentence_is_complete_espeak(model, text):
     assert model.probability(as_heard(speak(text))) >= 0.5
 
 
-@pytest.mark.skipif(not have_espeak(), reason="espeak-ng (Debian)")
+@needs("espeak-ng", have_espeak(), "speaks the sentences (Debian)")
 @pytest.mark.parametrize("text", INCOMPLETE)
 def test_a_sentence_cut_mid_phrase_is_incomplete_espeak(model, text):
     assert model.probability(as_heard(speak(text))) < 0.5
@@ -49,7 +50,7 @@ def test_piper_finished_and_unfinished(model):
     from gateway.tts.piper_voice import load_piper_voice, piper_available
 
     if not piper_available():
-        pytest.skip("the [voice] extra")
+        missing("the [voice] extra", "Piper speaks the sentences")
     import soxr
 
     voice = load_piper_voice()

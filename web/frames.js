@@ -3,7 +3,7 @@
 // one complete record at a time (or null until more bytes come), so the caller decides how many
 // it takes: the reader stops pulling records while its jitter buffer is full.
 //
-// The layout (gateway/stream/frame_records.py; all integers unsigned big-endian):
+// The layout (gateway/http/frame_records.py; all integers unsigned big-endian):
 //   header  "VGOF", version u8 (2), sample rate u32, frame ms u16, channels u8,
 //           pre-skip u16 (48 kHz samples to drop, as in an OpusHead)     14 bytes, once
 //           (version 1: no pre-skip, 12 bytes; still read, preSkip null)

@@ -24,7 +24,7 @@ import { CONTEXT_RATE, RING_FRAMES, graph, wallToPerf } from "./http-audio.js";
 export const JITTER_FRAMES = 5;
 const RTP_RATE = 48_000; // the frames' timestamps count 48 kHz ticks
 // The gateway's Opus encoder look-ahead (6.5 ms at 48 kHz), what its Ogg stream's OpusHead says
-// (gateway/stream/ogg_opus.py PRE_SKIP): the framed stream's header carries it from version 2;
+// (gateway/http/ogg_opus.py PRE_SKIP): the framed stream's header carries it from version 2;
 // a version 1 stream (no pre-skip in its header) came from the same encoder.
 const PRE_SKIP = 312;
 const SOUND_LIMIT_MS = 120_000;

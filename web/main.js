@@ -24,6 +24,8 @@
 //   talk-ui.js     the card: VAD meter, transcripts, replies, event counts
 //   timeline.js    each turn's latency drawn as a timeline
 //   trickle.js     trickle ICE (PATCH) for the sessions it makes
+// The "Realtime" card (the OpenAI Realtime protocol over WebRTC):
+//   realtime.js    ephemeral key, the calls offer, the oai-events channel, gatewayDemo.realtime
 
 import { audio } from "./audio.js";
 import { api, describe } from "./http.js";
@@ -33,6 +35,7 @@ import { pollStats } from "./monitor.js";
 import { playOgg, stopOgg } from "./ogg.js";
 import { closeWarm, prepareWarm, warmInfo } from "./peer.js";
 import { abandon, connect, currentSession, disconnect } from "./session.js";
+import { realtime, onRealtimeChange, sayToRealtime, startRealtime, stopRealtime } from "./realtime.js";
 import { interrupt, speak } from "./speech.js";
 import { demo } from "./state.js";
 import { abandonTalk, onTalkError, startTalk, stopTalk } from "./talk.js";
@@ -56,6 +59,7 @@ Object.defineProperties(talk, {
   peakMicLevel: { get: () => talkAudio.peakMic, enumerable: true },
 });
 demo.talk = talk;
+demo.realtime = realtime;
 window.gatewayDemo = demo;
 
 async function loadVoices() {
@@ -88,6 +92,35 @@ talkUi.start.addEventListener("click", () => {
 });
 talkUi.stop.addEventListener("click", stopTalk);
 onTalkError((title, message, err) => showError(title, message, err));
+onRealtimeChange((rt) => {
+  const pill = $("rt-state");
+  pill.dataset.state = rt.state;
+  pill.textContent = { idle: "Not connected", connecting: "Connecting…", connected: rt.playing
+    ? "Speaking" : "Listening", failed: "Failed" }[rt.state];
+  $("rt-start").disabled = rt.state === "connecting" || rt.state === "connected";
+  $("rt-stop").disabled = rt.state !== "connected";
+  $("rt-text").disabled = rt.state !== "connected";
+  $("rt-log").replaceChildren(...rt.log.map(({ role, text }) => {
+    const li = document.createElement("li");
+    li.dataset.role = role;
+    li.textContent = `${role === "user" ? "You" : "Bot"}: ${text}`;
+    return li;
+  }));
+  $("rt-events").textContent = Object.entries(rt.events).map(([k, n]) => `${k} ×${n}`).join(" · ");
+  if (rt.state === "failed" && rt.error) showError("Realtime failed", rt.error);
+});
+$("rt-start").addEventListener("click", () => {
+  clearError();
+  startRealtime($("rt-remote"));
+});
+$("rt-stop").addEventListener("click", stopRealtime);
+$("rt-text").addEventListener("keydown", (event) => {
+  const input = event.target;
+  if (event.key === "Enter" && input.value.trim()) {
+    sayToRealtime(input.value.trim());
+    input.value = "";
+  }
+});
 // one HTTP player at a time: each stops the other
 $("http-play").addEventListener("click", () => {
   stopOgg();
@@ -103,6 +136,7 @@ ui.text.addEventListener("keydown", (event) => {
 window.addEventListener("pagehide", () => {
   abandon();
   abandonTalk();
+  stopRealtime();
   closeWarm();
 });
 

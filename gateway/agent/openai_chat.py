@@ -78,6 +78,35 @@ def error_message(body: bytes) -> str:
     return text[:300]
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call (``reply_with_tools``): its ``index`` in the reply, its
+    ``id`` and ``name`` (on its first piece), and a piece of its JSON ``arguments``."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+def _tool_deltas(chunk: Any) -> list[ToolCallDelta]:
+    choices = chunk.get("choices") or [] if isinstance(chunk, dict) else []
+    if not choices:
+        return []
+    delta = choices[0].get("delta") or choices[0].get("message") or {}
+    calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+    out = []
+    for n, call in enumerate(calls if isinstance(calls, list) else []):
+        if not isinstance(call, dict):
+            continue
+        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        arguments = function.get("arguments")
+        out.append(ToolCallDelta(call.get("index", n) if isinstance(call.get("index"), int)
+                                 else n, call.get("id"), function.get("name"),
+                                 arguments if isinstance(arguments, str) else ""))
+    return out
+
+
 def _delta_text(chunk: Any) -> tuple[str, str | None]:
     """(content, finish_reason) of a chat.completion.chunk (first choice)."""
     if not isinstance(chunk, dict):
@@ -125,6 +154,28 @@ class OpenAIChatAgent:
         return body
 
     async def reply(self, text: str, history: Sequence[Message]) -> AsyncIterator[str]:
+        async for piece in self._reply(self.request_body(text, history)):
+            if isinstance(piece, str):
+                yield piece
+
+    async def reply_with_tools(self, messages: Sequence[dict[str, Any]],
+                               tools: Sequence[dict[str, Any]],
+                               tool_choice: Any = None) -> AsyncIterator[str | ToolCallDelta]:
+        """Function calling: ``messages`` in the chat format as they are (tool calls and tool
+        results included; the configured system prompt first), ``tools`` in the chat format;
+        text pieces and ``ToolCallDelta`` pieces as they stream."""
+        system = [{"role": "system", "content": self.config.system}] if self.config.system \
+            else []
+        body = self.request_body("", [])
+        body["messages"] = [*system, *messages]
+        if tools:
+            body["tools"] = list(tools)
+            if tool_choice is not None:
+                body["tool_choice"] = tool_choice
+        async for piece in self._reply(body):
+            yield piece
+
+    async def _reply(self, request: dict[str, Any]) -> AsyncIterator[str | ToolCallDelta]:
         url = self.config.endpoint
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.first_token_timeout
@@ -133,7 +184,7 @@ class OpenAIChatAgent:
         try:
             try:
                 async with asyncio.timeout_at(deadline):
-                    resp = await self._http().post(url, json=self.request_body(text, history))
+                    resp = await self._http().post(url, json=request)
                     if resp.status != 200:
                         body = await resp.content.read(_ERROR_BODY_LIMIT)
                         raise AgentError(f"{url} answered HTTP {resp.status}: "
@@ -166,7 +217,8 @@ class OpenAIChatAgent:
             return f"no text within {self.config.first_token_timeout} s"
         return f"nothing for {self.config.token_timeout} s"
 
-    async def _stream(self, resp: aiohttp.ClientResponse, deadline: float) -> AsyncIterator[str]:
+    async def _stream(self, resp: aiohttp.ClientResponse,
+                      deadline: float) -> AsyncIterator[str | ToolCallDelta]:
         parser = SseParser()
         loop = asyncio.get_running_loop()
         got_text = False
@@ -187,9 +239,12 @@ class OpenAIChatAgent:
                 if content:
                     got_text = True
                     yield content
+                for call in _tool_deltas(chunk):
+                    got_text = True
+                    yield call
                 if reason is not None:
                     finished = True
-                    if reason not in ("stop", "length"):
+                    if reason not in ("stop", "length", "tool_calls"):
                         log.info("chat reply ended: finish_reason=%s", reason)
             if not line:
                 if finished:

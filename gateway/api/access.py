@@ -4,24 +4,43 @@
 Open routes (no token): the preflight (OPTIONS), ``/healthz``, ``/metrics``, the API document
 and viewer, the demo page and its files, ``/v1/voices``. Every route that creates or touches a
 session, and the HTTP speech routes, need a token when tokens are configured.
+
+Rights (broadcast channels, docs/channels.md): a token may *speak* (create sessions and
+channels, make either say something) and/or *listen* (join a channel: WHEP, HTTP, SSE). A JWT's
+``"scope"`` claim is ``"listen"``, ``"speak"`` or both space-separated (both when absent); its
+optional ``"channel"`` claim binds it to that one channel (and to no session route). Static
+tokens have both rights; ``--listen-token`` ones only listen. The grant is in
+``request[GRANT]``; routes outside ``/v1/channels`` need ``speak`` here, channel routes check
+their own right (``require``).
 """
 
 from __future__ import annotations
 
 import hmac
 import math
+import re
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import jwt
 from aiohttp import web
 
+from gateway.api.client_address import TrustedProxies
 from gateway.api.errors import ApiError, Handler
+from gateway.api.rate_store import BucketStore, LocalBuckets
+from gateway.realtime.keys import PREFIX as EPHEMERAL_PREFIX
+from gateway.realtime.keys import EphemeralKeys
 
-OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices")
-ALLOW_HEADERS = "Authorization, Content-Type, If-Match"
+CHANNEL_PREFIX = "/v1/channels"
+#: where an ephemeral key (``ek_…``, gateway/realtime/keys.py) is a bearer token
+EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
+
+#: RFC 6750 §2.1 b64token
+_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices",
+                 "/v1/elevenlabs/voices")
+ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key, OpenAI-Beta"
 EXPOSE_HEADERS = "Location, ETag, Link, Retry-After, Accept-Post"
 
 
@@ -30,12 +49,79 @@ class AccessPolicy:
     cors_origins: tuple[str, ...] = ("*",)
     tokens: tuple[str, ...] = ()
     jwt_secret: str | None = None
+    listen_tokens: tuple[str, ...] = ()
+    jwt_max_lifetime_s: float = 86_400.0  # a JWT's exp at most this far ahead (0: no cap)
+    jwt_audience: str | None = None  # required aud claim, when set
+    jwt_issuer: str | None = None  # required iss claim, when set
     sessions_per_s: float = 0.0  # per client address; 0: unlimited
     speech_per_s: float = 0.0
+    requests_per_s: float = 0.0  # every other route that does work
+    trusted_proxies: tuple[str, ...] = ()  # X-Forwarded-For is believed from these
+    #: Realtime ephemeral keys: good as bearers for EPHEMERAL_PATHS only
+    ephemeral: EphemeralKeys | None = None
+
+    def __post_init__(self) -> None:
+        # an unset $TOKEN must never configure auth open: refuse to start instead
+        for token in (*self.tokens, *self.listen_tokens):
+            if not _B64TOKEN.fullmatch(token):
+                raise ValueError(
+                    "an auth token must be 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); "
+                    f"got {'an empty or whitespace token' if not token.strip() else repr(token)}")
+        if self.jwt_secret is not None and not self.jwt_secret.strip():
+            raise ValueError("the JWT secret is empty or whitespace")
 
     @property
     def auth_required(self) -> bool:
-        return bool(self.tokens) or self.jwt_secret is not None
+        return bool(self.tokens) or bool(self.listen_tokens) or self.jwt_secret is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a request's token allows."""
+
+    speak: bool = True
+    listen: bool = True
+    channel: str | None = None  # bound to this channel only
+
+    def allows(self, right: str, channel: str | None = None) -> bool:
+        if not getattr(self, right):
+            return False
+        return self.channel is None or (channel is not None and channel == self.channel)
+
+
+FULL = Grant()
+GRANT = web.RequestKey("grant", Grant)
+
+
+def grant_of(request: web.Request) -> Grant:
+    return request.get(GRANT) or FULL
+
+
+def require(request: web.Request, right: str, channel: str | None = None) -> Grant:
+    """403 unless the request's token has ``right`` (``speak`` or ``listen``) on ``channel``
+    (None: on no particular channel -- a channel-bound token has no such right)."""
+    grant = grant_of(request)
+    if not grant.allows(right, channel):
+        where = f" on channel {channel!r}" if channel is not None else ""
+        raise ApiError(403, "forbidden", f"this token may not {right}{where}")
+    return grant
+
+
+def _claims_grant(claims: dict[str, object]) -> Grant:
+    scope = claims.get("scope")
+    channel = claims.get("channel")
+    if scope is None:
+        rights = {"speak", "listen"}
+    elif isinstance(scope, str):
+        rights = set(scope.split())
+    else:
+        raise ApiError(401, "invalid_token", 'the "scope" claim must be a string')
+    if not rights or not rights <= {"speak", "listen"}:
+        raise ApiError(401, "invalid_token",
+                       'the "scope" claim must be "listen", "speak" or both')
+    if channel is not None and not isinstance(channel, str):
+        raise ApiError(401, "invalid_token", 'the "channel" claim must be a string')
+    return Grant("speak" in rights, "listen" in rights, channel)
 
 
 def _is_open(request: web.Request) -> bool:
@@ -102,25 +188,52 @@ def _cors_headers(response: web.StreamResponse, origin: str) -> None:
 
 
 class TokenCheck:
+    """RFC 6750 bearer tokens: the scheme case-insensitive (RFC 7235 §2.1), the token exactly
+    as sent (a b64token: nothing trimmed, nothing else accepted), compared in constant time
+    with each static token, else checked as an HS256 JWT (exp required, its lifetime capped,
+    aud/iss when configured)."""
+
     def __init__(self, policy: AccessPolicy) -> None:
         self._tokens = [t.encode() for t in policy.tokens]
+        self._listen_tokens = [t.encode() for t in policy.listen_tokens]
         self._secret = policy.jwt_secret
+        self._ephemeral = policy.ephemeral
+        self._policy = policy
 
-    def check(self, header: str | None) -> None:
+    def check(self, header: str | None, path: str = "") -> Grant:
         challenge = 'Bearer realm="voice-gateway"'
-        if not header or not header.startswith("Bearer "):
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() != "bearer":
             raise ApiError(401, "unauthorized", "a bearer token is required (Authorization: "
                            "Bearer <token>)", {"WWW-Authenticate": challenge})
-        token = header[7:].strip()
+        token = token.lstrip(" ")
         invalid = {"WWW-Authenticate": f'{challenge}, error="invalid_token"'}
-        raw = token.encode()
+        if token.startswith(EPHEMERAL_PREFIX) and self._ephemeral is not None:
+            if path.rstrip("/") in EPHEMERAL_PATHS and self._ephemeral.get(token) is not None:
+                return FULL  # (good on those two paths only)
+            raise ApiError(401, "invalid_token", "the ephemeral key is unknown, expired, or "
+                           "not good here (only for the Realtime calls and WebSocket)", invalid)
+        if not _B64TOKEN.fullmatch(token):  # also a header that was not UTF-8 (surrogates)
+            raise ApiError(401, "invalid_token", "the token is not valid", invalid)
+        raw = token.encode("ascii")
         if any(hmac.compare_digest(raw, t) for t in self._tokens):
-            return
+            return FULL
+        if any(hmac.compare_digest(raw, t) for t in self._listen_tokens):
+            return Grant(speak=False, listen=True)
         if self._secret is not None and token.count(".") == 2:
+            policy = self._policy
             try:
-                jwt.decode(token, self._secret, algorithms=["HS256"],
-                           options={"require": ["exp"]})
-                return
+                claims = jwt.decode(
+                    token, self._secret, algorithms=["HS256"], audience=policy.jwt_audience,
+                    issuer=policy.jwt_issuer,
+                    options={"require": ["exp"] + (["aud"] if policy.jwt_audience else [])
+                             + (["iss"] if policy.jwt_issuer else [])})
+                ahead = float(claims["exp"]) - time.time()
+                if policy.jwt_max_lifetime_s > 0 and ahead > policy.jwt_max_lifetime_s:
+                    raise ApiError(401, "invalid_token", f"the token's exp is {ahead:.0f} s "
+                                   f"ahead; at most {policy.jwt_max_lifetime_s:g} are accepted "
+                                   "(--auth-jwt-max-lifetime)", invalid)
+                return _claims_grant(claims)
             except jwt.ExpiredSignatureError:
                 raise ApiError(401, "token_expired", "the token has expired", invalid) from None
             except jwt.InvalidTokenError as exc:
@@ -135,11 +248,24 @@ def _credentials(request: web.Request) -> str | None:
     can send headers) carries. Never for requests that change state: a token in a URL ends up
     in histories and logs, so it may only read."""
     header = request.headers.get("Authorization")
+    if header is None and "xi-api-key" in request.headers:
+        # ElevenLabs' clients (Pipecat, LiveKit) send their key so: it is our bearer token
+        return f"Bearer {request.headers['xi-api-key']}"
     if header is None and request.method in ("GET", "HEAD"):
-        token = request.query.get("access_token")
+        token = request.query.get("access_token") or _subprotocol_key(request)
         if token:
             return f"Bearer {token}"
     return header
+
+
+def _subprotocol_key(request: web.Request) -> str | None:
+    """A browser's Realtime WebSocket cannot send headers: OpenAI's SDKs put the key in a
+    subprotocol, ``openai-insecure-api-key.<key>`` (gateway/realtime)."""
+    for protocol in request.headers.get("Sec-WebSocket-Protocol", "").split(","):
+        protocol = protocol.strip()
+        if protocol.startswith("openai-insecure-api-key."):
+            return protocol.removeprefix("openai-insecure-api-key.") or None
+    return None
 
 
 def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
@@ -148,63 +274,56 @@ def auth_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[val
     @web.middleware
     async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
         if policy.auth_required and not _is_open(request):
-            check.check(_credentials(request))
+            grant = check.check(_credentials(request), request.path)
+            request[GRANT] = grant
+            if not request.path.startswith(CHANNEL_PREFIX):
+                require(request, "speak")
         return await handler(request)
 
     return auth
 
 
-class RateLimiter:
-    """Token buckets per client address (``rate`` per second, a burst of twice as many, at
-    least 1), the least recently seen forgotten past ``max_clients``."""
-
-    def __init__(self, rate: float, max_clients: int = 10_000) -> None:
-        self.rate = rate
-        self.burst = max(1.0, 2 * rate)
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-        self._max = max_clients
-
-    def retry_after(self, client: str, now: float | None = None) -> float:
-        """0 if ``client`` may go ahead now (and charge it), else the seconds to wait."""
-        now = time.monotonic() if now is None else now
-        tokens, at = self._buckets.pop(client, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens >= 1.0:
-            self._buckets[client] = (tokens - 1.0, now)
-            wait = 0.0
-        else:
-            self._buckets[client] = (tokens, now)
-            wait = (1.0 - tokens) / self.rate
-        while len(self._buckets) > self._max:
-            self._buckets.popitem(last=False)
-        return wait
+RATE_STORE = web.AppKey("rate_store", BucketStore)  # type: ignore[type-abstract]
 
 
 def _limited(request: web.Request) -> str | None:
-    """Which limit a request counts against: 'sessions', 'speech' or None."""
-    if request.method != "POST":
-        return None
+    """Which limit a request counts against: 'sessions', 'speech', 'requests' (every other
+    route that does work: a session's state, trickle, events, utterances, DELETE) or None
+    (open routes: health, metrics, the page, the API document, the voice list). A new
+    Realtime socket or call is a new session."""
     path = request.path.rstrip("/")
-    if path == "/v1/sessions":
+    method = request.method
+    if method == "OPTIONS" or _is_open(request):
+        return None
+    if method == "GET" and path == "/v1/realtime" and "call_id" not in request.query:
         return "sessions"
-    if path in ("/v1/audio/speech", "/v1/speech/stream") or path.endswith("/speech"):
+    if (method == "POST" and path in ("/v1/sessions", "/v1/realtime", "/v1/realtime/calls")) \
+            or (path.startswith(CHANNEL_PREFIX) and path.endswith("/whep")):
+        return "sessions"
+    if path == "/v1/audio/speech" and method in ("GET", "HEAD", "POST"):
+        return "speech"  # a GET (<audio src>) speaks as much as a POST
+    if method == "POST" and (path == "/v1/speech/stream" or path.endswith("/speech")):
         return "speech"
-    return None
+    if "/text-to-speech/" in path:  # the ElevenLabs-compatible HTTP routes
+        return "speech"
+    return "requests"
+
+
+_LOCAL = LocalBuckets()  # an app built without a store (create_app always sets one)
 
 
 def rate_limit_middleware(policy: AccessPolicy) -> web.middleware:  # type: ignore[valid-type]
-    limiters = {
-        name: RateLimiter(rate)
-        for name, rate in (("sessions", policy.sessions_per_s), ("speech", policy.speech_per_s))
-        if rate > 0
-    }
+    rates = {"sessions": policy.sessions_per_s, "speech": policy.speech_per_s,
+             "requests": policy.requests_per_s}
+    proxies = TrustedProxies(policy.trusted_proxies)
 
     @web.middleware
     async def rate_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
         kind = _limited(request)
-        limiter = limiters.get(kind) if kind else None
-        if limiter is not None:
-            wait = limiter.retry_after(request.remote or "?")
+        rate = rates.get(kind, 0.0) if kind else 0.0
+        if kind and rate > 0:
+            store = request.app.get(RATE_STORE) or _LOCAL
+            wait = await store.retry_after(kind, proxies.client_of(request), rate)
             if wait > 0:
                 raise ApiError(429, "rate_limited",
                                f"too many {kind} requests from this address; retry later",

@@ -3,23 +3,59 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway import aiortc_compat
-from gateway.api.access import AccessPolicy, middlewares
-from gateway.api.errors import json_errors
+from gateway.api.access import RATE_STORE, AccessPolicy, middlewares
+from gateway.api.channel_routes import CHANNELS
+from gateway.api.channel_routes import routes as channel_routes
+from gateway.api.errors import ApiError, Handler, json_errors
 from gateway.api.openapi import document
-from gateway.api.routes import CACHE, LIMITS, OPENAPI, REGISTRY, VOICES, routes, stamp_arrival
+from gateway.api.rate_store import LocalBuckets, RedisBuckets
+from gateway.api.routes import (
+    CACHE,
+    CANDIDATES,
+    LIMITS,
+    OPENAPI,
+    REGISTRY,
+    SDP_LIMITS,
+    VOICES,
+    routes,
+    stamp_arrival,
+)
+from gateway.api.sdp_limits import CandidateBudget, SdpLimits
 from gateway.api.speech_http import HTTP_STREAMS, STREAMING, StreamDefaults
 from gateway.api.speech_http import routes as speech_routes
+from gateway.channels.registry import ChannelRegistry
 from gateway.config import GatewayConfig
+from gateway.conversation.duplex import DuplexFactory
+from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
 from gateway.net.udp_mux import MuxGroup
+from gateway.realtime import routes as realtime
+from gateway.realtime.keys import EphemeralKeys
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
 from gateway.session.registry import SessionRegistry
 from gateway.speech.phrase_cache import PhraseCache
+from gateway.tts import synthesis_limits
 from gateway.tts.registry import VoiceRegistry
+
+
+def web_files(root: Path) -> Handler:
+    """The demo page's files under ``/web/``: what ``add_static`` serves (no index, nothing
+    outside ``root``, symlinks out of it refused), but a missing file is the API's JSON 404,
+    not an empty octet-stream one (aiohttp's FileResponse sets 404 after the middlewares)."""
+    base = root.resolve()
+
+    async def web_file(request: web.Request) -> web.StreamResponse:
+        relative = request.match_info["path"]
+        target = (base / relative).resolve()
+        if not target.is_relative_to(base) or not target.is_file():
+            raise ApiError(404, "not_found", f"no file /web/{relative}")
+        return web.FileResponse(target)
+
+    return web_file
 
 
 def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> web.Application:
@@ -27,8 +63,12 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     aiortc_compat.restrict_ice_hosts(config.ice_hosts)
     policy = AccessPolicy(
         cors_origins=config.cors_origins, tokens=config.auth_tokens,
-        jwt_secret=config.auth_jwt_secret, sessions_per_s=config.rate_limit_sessions,
-        speech_per_s=config.rate_limit_speech,
+        jwt_secret=config.auth_jwt_secret, listen_tokens=config.listen_tokens,
+        jwt_max_lifetime_s=config.auth_jwt_max_lifetime_s,
+        jwt_audience=config.auth_jwt_audience, jwt_issuer=config.auth_jwt_issuer,
+        sessions_per_s=config.rate_limit_sessions, requests_per_s=config.rate_limit_requests,
+        speech_per_s=config.rate_limit_speech, trusted_proxies=config.trusted_proxies,
+        ephemeral=EphemeralKeys(),
     )
     cors, auth, rate_limit = middlewares(policy)
     app = web.Application(
@@ -54,7 +94,22 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         config.rtc_configuration(), options, config.max_sessions, phrase_cache=cache,
         idle_timeout_s=config.idle_timeout_s, duplex=duplex, udp_mux=udp_mux,
     )
+    app[CHANNELS] = ChannelRegistry(
+        config.rtc_configuration(), options, config.max_channels,
+        config.channel_max_listeners, phrase_cache=cache, udp_mux=udp_mux,
+    )
     app[LIMITS] = {"max_text_chars": config.max_text_chars}
+    # a supervised worker without Redis swaps in the node's shared file (cluster/worker.py)
+    app[RATE_STORE] = RedisBuckets(config.redis_url) if config.redis_url else LocalBuckets()
+    app[SDP_LIMITS] = SdpLimits(
+        max_line_chars=config.sdp_max_line_chars,
+        max_media_sections=config.sdp_max_media_sections,
+        max_attributes=config.sdp_max_attributes, max_ssrc_lines=config.sdp_max_ssrc_lines,
+        max_candidates=config.max_remote_candidates,
+    )
+    app[CANDIDATES] = CandidateBudget(config.max_remote_candidates)
+    synthesis_limits.configure(synthesis_limits.SynthesisLimits(
+        max_chars=config.max_text_chars, max_audio_s=config.max_speech_seconds))
     app[STREAMING] = StreamDefaults(
         encoder=options.encoder, flush=config.http_flush,  # type: ignore[arg-type]
         lead_s=config.live_lead_ms / 1000, write_s=config.live_write_ms / 1000,
@@ -65,6 +120,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     )
     app.add_routes(routes)
     app.add_routes(speech_routes)
+    add_elevenlabs_routes(app, app[VOICES], config.max_text_chars)
+    app.add_routes(channel_routes)
+    realtime.install(app, app[REGISTRY], app[VOICES], policy.ephemeral)
     index = config.web_dir / "index.html"
     if index.exists():
 
@@ -72,7 +130,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
             return web.FileResponse(index)
 
         app.router.add_get("/", page)
-        app.router.add_static("/web/", config.web_dir, show_index=False)
+        app.router.add_get("/web/{path:.+}", web_files(config.web_dir))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         if udp_mux is not None:
@@ -82,6 +140,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         yield
         if duplex is not None:
             await duplex.close()
+        await app[CHANNELS].close_all()
         await app[REGISTRY].close_all()
         if udp_mux is not None:
             udp_mux.close()

@@ -16,6 +16,7 @@ _CODES = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     409: "conflict",
     413: "body_too_large",
     415: "unsupported_media_type",
@@ -50,6 +51,10 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return await handler(request)
     except ApiError as exc:
         return error_response(exc.status, exc.code, exc.message, exc.headers)
+    except web.RequestPayloadError as exc:  # a body not valid in its Content-Encoding (gzip)
+        log.info("unreadable body on %s %s: %s", request.method, request.path, exc)
+        return error_response(400, "invalid_body", "the body could not be read: it is not "
+                              "valid in its Content-Encoding, or was cut short")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -39,6 +39,21 @@ class SpeechCreate(Model):
     text: str = Field(min_length=1, description="what to say (1..--max-text-chars)")
     interrupt: StrictBool = Field(False, description="cut what plays now instead of queueing")
     voice: str | None = Field(None, description="a voice from /v1/voices (default: the first)")
+    open: StrictBool = Field(False, description="more text follows: append it with POST "
+                             ".../speech/{utterance_id}/text until end")
+
+
+class SpeechAppend(Model):
+    text: str = Field("", description="more of an open utterance's text (any size)")
+    flush: StrictBool = Field(False, description="speak what is buffered now")
+    end: StrictBool = Field(False, description="the text is complete")
+
+
+class SpeechAppended(Model):
+    id: str
+    state: str
+    chars: int
+    ended: bool
 
 
 class SpeechAccepted(Model):
@@ -75,6 +90,7 @@ class FrameStreamRequest(Model):
     text: str = Field(min_length=1)
     voice: str | None = None
     pace: Literal["asap", "live"] = "asap"
+    words: StrictBool = Field(False, description="word records too (when each word plays)")
 
 
 class Voices(Model):

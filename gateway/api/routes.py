@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
@@ -16,18 +17,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway import __version__
 from gateway.api.errors import ApiError
-from gateway.api.models import JsonOffer, SpeechCreate, parse
-from gateway.api.openapi import DOCS_PAGE
+from gateway.api.models import JsonOffer, SpeechAppend, SpeechCreate, parse
+from gateway.api.openapi import DOCS_PAGE, SWAGGER_UI_FILES, swagger_ui_file
+from gateway.api.sdp_limits import CandidateBudget, SdpLimitExceeded, SdpLimits, checked_sdp
+from gateway.http.speakable import unspeakable
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.stall_watch import StallWatch
 from gateway.session.registry import Draining, SessionLimitReached, SessionRegistry
-from gateway.session.sdp_policy import SdpRejected
 from gateway.session.session import Session
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import SpeechQueueFull
+from gateway.speech.text_feed import FedVoice, TextFeed
+from gateway.speech.utterance import FINAL_STATES
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import UnknownVoice, VoiceRegistry
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import SdpRejected
 
 SDP = "application/sdp"
 SDPFRAG = "application/trickle-ice-sdpfrag"
@@ -39,6 +45,8 @@ LIMITS = web.AppKey("limits", dict)
 CACHE = web.AppKey("phrase_cache", PhraseCache)
 STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 OPENAPI = web.AppKey("openapi", dict)
+SDP_LIMITS = web.AppKey("sdp_limits", SdpLimits)
+CANDIDATES = web.AppKey("candidate_budget", CandidateBudget)
 # Scale-out (gateway.cluster): Locations are absolute under this URL (--advertise-url), and
 # a supervised worker adds its load to /healthz
 BASE_URL = web.AppKey("base_url", str)
@@ -86,6 +94,8 @@ def checked_text(request: web.Request, text: str) -> str:
     limit = request.app[LIMITS]["max_text_chars"]
     if not text.strip():
         raise ApiError(400, "empty_text", "text must be a non-empty string")
+    if (reason := unspeakable(text)) is not None:
+        raise ApiError(400, "invalid_text", reason)
     if len(text) > limit:
         raise ApiError(400, "text_too_long", f"text has {len(text)} characters; limit {limit}")
     return text
@@ -155,8 +165,10 @@ async def create_session(request: web.Request) -> web.Response:
         offer = await body_text(request)
     else:
         offer = parse(JsonOffer, await _json_body(request)).sdp
+    offer, candidates = _checked(request, offer)
     try:
         session, answer = await request.app[REGISTRY].create(offer, arrived_at(request))
+        request.app[CANDIDATES].charge(session.webrtc, candidates)
     except SdpRejected as exc:
         raise ApiError(400, exc.code, exc.message) from exc
     except Draining as exc:
@@ -194,6 +206,18 @@ async def delete_session(request: web.Request) -> web.Response:
     session = _session(request)
     await session.close("deleted by client")
     return web.Response(status=204)
+
+
+def checked_offer(request: web.Request, text: str) -> tuple[str, int]:
+    """An offer within the SDP limits (else 400 naming the limit), and its candidate count."""
+    return _checked(request, text)
+
+
+def _checked(request: web.Request, text: str, fragment: bool = False) -> tuple[str, int]:
+    try:
+        return checked_sdp(text, request.app[SDP_LIMITS], fragment=fragment)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, exc.code, f"{exc.limit}: {exc.message}") from exc
 
 
 def parse_sdpfrag(text: str, default_mid: str | None) -> tuple[list[Any], bool, str | None]:
@@ -239,14 +263,23 @@ async def trickle_ice(request: web.Request) -> web.Response:
     gateway's new sdpfrag and ETag. A stale ETag is 412; a failed restart leaves the session as
     it was."""
     session = _session(request)
+    return await patch_webrtc_leg(request, session.webrtc)
+
+
+async def patch_webrtc_leg(request: web.Request, leg: WebRtcLeg) -> web.Response:
+    """A WHEP resource's PATCH on ``leg`` (a session's, or a channel listener's): trickle or
+    ICE restart, as ``trickle_ice`` says."""
     _require_type(request, SDPFRAG)
-    leg = session.webrtc
-    body = await body_text(request)
+    body, count = _checked(request, await body_text(request), fragment=True)
+    try:
+        request.app[CANDIDATES].charge(leg, count)
+    except SdpLimitExceeded as exc:
+        raise ApiError(400, "sdp_limit", f"{exc.limit}: {exc.message}") from exc
     match = request.headers.get("If-Match")
     if match is not None and match.strip() not in ("*", '"*"', leg.etag):
         raise ApiError(412, "etag_mismatch", f"If-Match {match} is not the ICE session's ETag "
                        f"{leg.etag}", {"ETag": leg.etag})
-    mid = session.offer.audio_mid if session.offer else None
+    mid = leg.offer.audio_mid if leg.offer else None
     candidates, end, _ = parse_sdpfrag(body, mid)
     ufrag, pwd = sdpfrag_credentials(body)
     if ufrag is not None and ufrag != leg.remote_ufrag:
@@ -277,12 +310,20 @@ async def speak(request: web.Request) -> web.Response:
     body = parse(SpeechCreate, await _json_body(request))
     text = checked_text(request, body.text)
     voice = voice_named(request, body.voice)
+    feed = None
+    if body.open:  # more text follows (speech/text_feed.py)
+        feed = TextFeed(request.app[LIMITS]["max_text_chars"])
+        feed.append(text)
+        voice = FedVoice(voice, feed)  # type: ignore[assignment]
     try:
         utterance = session.speaker.say(
-            text, voice, interrupt=body.interrupt, requested_at=arrived_at(request)
+            "" if feed else text, voice, interrupt=body.interrupt,
+            requested_at=arrived_at(request)
         )
     except SpeechQueueFull as exc:
         raise ApiError(429, "speech_queue_full", str(exc)) from exc
+    if feed is not None:
+        utterance.text_feed, utterance.chars = feed, feed.chars
     location = f"{_location(request, session)}/speech/{utterance.id}"
     return web.json_response(
         {"id": utterance.id, "state": utterance.state.value, "voice": voice.name,
@@ -290,6 +331,30 @@ async def speak(request: web.Request) -> web.Response:
         status=202,
         headers={"Location": location},
     )
+
+
+@routes.post("/v1/sessions/{session_id}/speech/{utterance_id}/text")
+async def append_text(request: web.Request) -> web.Response:
+    """More text for an open utterance (``"open": true``): ``{"text", "flush"?, "end"?}``."""
+    session = _session(request)
+    _require_type(request, JSON)
+    body = parse(SpeechAppend, await _json_body(request))
+    utterance = session.speaker.get(request.match_info["utterance_id"])
+    if utterance is None:
+        raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
+    feed = utterance.text_feed
+    if feed is None:
+        raise ApiError(409, "not_open", "this utterance was given all its text at once")
+    if feed.ended or utterance.state in FINAL_STATES:
+        raise ApiError(409, "text_ended", f"this utterance's text has ended "
+                       f"({utterance.state.value})")
+    try:
+        feed.append(body.text, flush=body.flush, end=body.end)
+    except ValueError as exc:
+        raise ApiError(400, "text_too_long", str(exc)) from exc
+    utterance.chars = feed.chars
+    return web.json_response({"id": utterance.id, "state": utterance.state.value,
+                              "chars": feed.chars, "ended": feed.ended})
 
 
 @routes.delete("/v1/sessions/{session_id}/speech")
@@ -308,9 +373,12 @@ async def get_utterance(request: web.Request) -> web.Response:
         raise ApiError(404, "unknown_utterance", "no such utterance in this session's history")
     if request.query.get("wait") not in (None, "", "0", "false"):
         try:
-            timeout = min(float(request.query.get("timeout", "60")), 60.0)
-        except ValueError as exc:
-            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds") from exc
+            timeout = float(request.query.get("timeout", "60"))
+        except ValueError:
+            timeout = math.nan
+        if not 0 <= timeout:  # NaN too
+            raise ApiError(400, "invalid_timeout", "timeout must be a number of seconds >= 0")
+        timeout = min(timeout, 60.0)
         event = utterance.started if request.query["wait"] == "sent" else utterance.finished
         if not event.is_set():
             closed = asyncio.ensure_future(session.closed.wait())
@@ -321,16 +389,23 @@ async def get_utterance(request: web.Request) -> web.Response:
             finally:
                 closed.cancel()
                 finished.cancel()
-    return web.json_response(utterance.as_json())
+    return web.json_response({**utterance.as_json(), "words": [
+        {"word": w.word, "start_ms": w.start_ms, "end_ms": w.end_ms} for w in utterance.words]})
 
 
 @routes.get("/v1/sessions/{session_id}/events")
 async def session_events(request: web.Request) -> web.StreamResponse:
     """The session's events as Server-Sent Events (``event: <type>``, ``data: <json>``) until
-    it closes; a comment line every 15 s keeps proxies from timing the stream out."""
+    it closes."""
     session = _session(request)
+    return await stream_events(request, session.conversation.events, f"session {session.id}")
+
+
+async def stream_events(request: web.Request, bus: Any, what: str) -> web.StreamResponse:
+    """``bus``'s events (an ``EventBus``: ``subscribe()``, events with ``sse()``) as SSE until it
+    closes; a comment line every 15 s keeps proxies from timing the stream out."""
     try:
-        subscription = session.conversation.events.subscribe()
+        subscription = bus.subscribe()
     except OverflowError as exc:
         raise ApiError(429, "too_many_listeners", str(exc)) from exc
     response = web.StreamResponse(headers={
@@ -339,7 +414,7 @@ async def session_events(request: web.Request) -> web.StreamResponse:
     })
     try:
         await response.prepare(request)
-        await response.write(b": events of session " + session.id.encode() + b"\n\n")
+        await response.write(f": events of {what}\n\n".encode())
         while True:
             try:
                 event = await asyncio.wait_for(subscription.get(), 15.0)
@@ -405,5 +480,19 @@ async def openapi_document(request: web.Request) -> web.Response:
 
 @routes.get("/docs")
 async def api_docs(request: web.Request) -> web.Response:
-    """Swagger UI (from web/vendor, installed by make) rendering /openapi.json."""
+    """Swagger UI rendering /openapi.json; its files come from ``/docs/{file}``."""
     return web.Response(text=DOCS_PAGE, content_type="text/html")
+
+
+@routes.get("/docs/{file}")
+async def api_docs_file(request: web.Request) -> web.FileResponse:
+    """One of Swagger UI's files, from the installed swagger-ui-bundle-v2 package (a 404 JSON
+    error for any other name, or when the package is missing)."""
+    name = request.match_info["file"]
+    path = swagger_ui_file(name)
+    if path is None:
+        message = (f"{name!r} is not one of Swagger UI's files ({', '.join(SWAGGER_UI_FILES)})"
+                   if name not in SWAGGER_UI_FILES else
+                   f"Swagger UI's {name} is not installed (pip install swagger-ui-bundle-v2)")
+        raise ApiError(404, "not_found", message)
+    return web.FileResponse(path, headers={"Content-Type": SWAGGER_UI_FILES[name]})

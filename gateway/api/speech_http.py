@@ -14,6 +14,8 @@ handler is cancelled, or its next write fails) and closes the upstream TTS reque
 
 from __future__ import annotations
 
+import asyncio
+import codecs
 import contextlib
 import logging
 import socket
@@ -22,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.api.chunked_writer import ChunkedBodyWriter
+from gateway.api.errors import ApiError
 from gateway.api.models import FrameStreamRequest, parse
 from gateway.api.routes import (
     CACHE,
@@ -34,19 +36,21 @@ from gateway.api.routes import (
     checked_text,
     voice_named,
 )
-from gateway.media.opus_codec import EncoderSettings
-from gateway.session.conversation import Conversation
-from gateway.session.http_leg import HttpStreamLeg, StreamOptions
-from gateway.stream import formatters
-from gateway.stream.flush_policy import FlushPolicy, tcp_rtt_ms
-from gateway.stream.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
-from gateway.stream.openai_speech import (
+from gateway.conversation.conversation import Conversation
+from gateway.http import formatters
+from gateway.http.chunked_writer import ChunkedBodyWriter
+from gateway.http.flush_policy import FlushPolicy, tcp_rtt_ms
+from gateway.http.frame_records import MEDIA_TYPE as FRAMES_MEDIA_TYPE
+from gateway.http.leg import HttpStreamLeg, StreamFailed, StreamOptions
+from gateway.http.openai_speech import (
     MEDIA_TYPES,
     SpeechRequest,
     SpeechRequestError,
     parse_speech_request,
 )
-from gateway.stream.transcode import supported_formats
+from gateway.http.transcode import supported_formats
+from gateway.media.opus_codec import EncoderSettings
+from gateway.speech.text_feed import FedVoice, TextFeed, TextFeedClosed
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -136,12 +140,50 @@ async def _stream_speech(request: web.Request, speech: SpeechRequest) -> web.Str
 
 @routes.post("/v1/speech/stream")
 async def frame_stream(request: web.Request) -> web.StreamResponse:
-    """``{text, voice?, pace?}`` -> the framed Opus stream (stream/frame_records.py)."""
-    _require_type(request, JSON)
+    """``{text, voice?, pace?}`` -> the framed Opus stream (stream/frame_records.py); or a
+    ``text/plain`` body streamed as it is written (``?voice=&pace=``): speech starts with the
+    first words, while the rest of the body is still arriving (speech/text_feed.py)."""
+    if request.content_type == "text/plain":
+        return await streamed_text_frames(request)
+    _require_type(request, JSON, "text/plain")
     body = parse(FrameStreamRequest, await _json_body(request))
     text = checked_text(request, body.text)
     voice = voice_named(request, body.voice)
-    return await stream_response(request, text, voice, formatters.FrameRecords(), body.pace)
+    return await stream_response(request, text, voice, formatters.FrameRecords(body.words),
+                                 body.pace)
+
+
+async def streamed_text_frames(request: web.Request) -> web.StreamResponse:
+    pace = request.query.get("pace", "asap")
+    if pace not in ("asap", "live"):
+        raise ApiError(400, "invalid_pace", "pace must be asap or live")
+    voice = voice_named(request, request.query.get("voice"))
+    feed = TextFeed(request.app[LIMITS]["max_text_chars"])
+    reader = asyncio.create_task(_read_text(request, feed))
+    try:
+        words = request.query.get("words") in ("1", "true")
+        return await stream_response(request, "", FedVoice(voice, feed),  # type: ignore[arg-type]
+                                     formatters.FrameRecords(words), pace)
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
+async def _read_text(request: web.Request, feed: TextFeed) -> None:
+    """The body, decoded as it comes, into the feed; its end ends the text. Past the text
+    limit the rest is not read: what came is spoken and the stream ends."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    try:
+        async for chunk in request.content.iter_any():
+            feed.append(decoder.decode(chunk))
+        feed.append(decoder.decode(b"", final=True))
+    except ValueError as exc:  # over --max-text-chars
+        log.info("streamed text cut: %s", exc)
+    except (ConnectionError, TextFeedClosed):
+        pass
+    finally:
+        feed.close()
 
 
 async def stream_response(
@@ -182,10 +224,17 @@ async def stream_response(
     streams.add(leg)
     try:
         utterance = conversation.say(text, voice, instructions=instructions)
+        formatter.bind(utterance)
         await response.prepare(request)
         body = ChunkedBodyWriter(request, response)
         await leg.run(utterance, body.write, body.write_now)
         await response.write_eof()
+    except StreamFailed as exc:
+        # No error record in this format: end without the last chunk, so the reader sees a
+        # truncated body (never a clean 200 that is missing its end)
+        log.warning("HTTP stream cut: synthesis failed: %s", exc)
+        if request.transport is not None:
+            request.transport.close()
     except (ConnectionResetError, ConnectionError) as exc:
         log.info("HTTP stream ended by the client: %r", exc)
     finally:

@@ -1,7 +1,7 @@
 """The gateway's HTTP streams played through the same receive path as WebRTC.
 
 ``format="frames"``: ``POST /v1/speech/stream`` ``{text, voice, pace}``, the framed stream
-(``gateway.stream.frame_records``: sequence number, timestamp and Opus bytes per record);
+(``gateway.http.frame_records``: sequence number, timestamp and Opus bytes per record);
 ``format="ogg"``: ``GET /v1/audio/speech?response_format=opus`` (Ogg Opus, ``ogg_reader``),
 numbered here as RTP would be (+1 per packet, timestamps by each packet's duration).
 
@@ -32,11 +32,11 @@ import aiohttp
 
 from gateway.client.ogg_reader import OggOpusReader
 from gateway.client.peer import GatewayError
+from gateway.http.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 from gateway.media.opus_codec import RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
 from gateway.receive.opus_packet import packet_ticks
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper
-from gateway.stream.frame_records import EndRecord, ErrorRecord, FrameRecord, FrameRecordParser
 
 FORMATS = ("frames", "ogg")
 PACES = ("asap", "live")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from gateway.stream.ogg_opus import ogg_crc
+from gateway.http.ogg_opus import ogg_crc
 
 _PAGE = struct.Struct("<4sBBqIIIB")  # capture, version, flags, granule, serial, seq, crc, count
 _FLAG_CONTINUED = 0x01

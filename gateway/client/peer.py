@@ -69,7 +69,7 @@ class GatewayClient:
         ``aiortc_decoder``: keep aiortc's own jitter buffer and decoder running too (its
         track, ``receiver.track``, then yields decoded frames), for comparisons. ``capture``:
         keep the raw packets, up to 90,000 (True) or the number given. ``red``: offer RFC 2198
-        RED (the gateway sends it while we report loss, or always with ``--red-always``)."""
+        RED (the gateway sends it while we report loss, or always with ``--no-red-adaptive``)."""
         self.base_url = base_url.rstrip("/")
         self._http = http
         self._own_http = http is None

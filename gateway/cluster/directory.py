@@ -18,6 +18,9 @@ key                            value                                       TTL, 
 ``vg:session:{session}``       ``{worker}@{pid}``: its owner (the pid:     15 s, every 5 s by
                                a restarted worker's predecessor's          the owner; deleted
                                sessions are known dead at once)            when it closes
+``vg:channel:{name}``          the base URL of the worker a broadcast      5 s, every 1 s by
+                               channel lives on (docs/channels.md)         the owner; deleted
+                                                                           when it closes
 =============================  ==========================================  =================
 
 As LiveKit's router: a worker is available while its entry is fresh (here: while it exists,
@@ -263,6 +266,34 @@ class RedisDirectory:
             return None
         worker, _, pid = str(value).rpartition("@")
         return (worker, int(pid)) if worker and pid.isdigit() else None
+
+    # -- channels ---------------------------------------------------------------------------
+
+    async def put_channels(self, url: str, names: Iterable[str]) -> None:
+        names = list(names)
+        if not names:
+            return
+
+        async def op() -> None:
+            pipe = self._client.pipeline(transaction=False)
+            for name in names:
+                pipe.set(f"{PREFIX}channel:{name}", url, px=int(WORKER_TTL_S * 1000))
+            await pipe.execute()
+
+        await self._call(op)
+
+    async def drop_channel(self, name: str, url: str) -> None:
+        """Remove ``name``'s entry if it still names ``url`` (not a successor's)."""
+        async def op() -> None:
+            key = f"{PREFIX}channel:{name}"
+            if await self._client.get(key) == url:
+                await self._client.delete(key)
+
+        await self._call(op)
+
+    async def channel_origin(self, name: str) -> str | None:
+        value = await self._call(lambda: self._client.get(f"{PREFIX}channel:{name}"))
+        return str(value) if value else None
 
     async def close(self) -> None:
         try:

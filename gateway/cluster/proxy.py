@@ -26,9 +26,12 @@ HOP_BY_HOP = frozenset(h.lower() for h in (
 
 
 def request_headers(request: web.Request, token: str) -> CIMultiDict[str]:
+    """The client's headers for the worker. Not its ``Content-Encoding``: the body forwarded
+    is ``request.read()``'s, which aiohttp has already decoded (gzip, deflate)."""
     headers: CIMultiDict[str] = CIMultiDict(
         (k, v) for k, v in request.headers.items()
-        if k.lower() not in HOP_BY_HOP and k.lower() != PROXY_HEADER.lower()
+        if k.lower() not in HOP_BY_HOP and k.lower() not in (
+            PROXY_HEADER.lower(), "content-encoding")
     )
     forwarded = request.headers.get("X-Forwarded-For")
     client = request.remote or ""

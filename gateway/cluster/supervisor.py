@@ -46,12 +46,16 @@ from yarl import URL
 from gateway import __version__
 from gateway.api.access import EXPOSE_HEADERS
 from gateway.api.errors import ApiError, Handler, json_errors
+from gateway.api.rate_store import create_shared, shared_path
+from gateway.api.timeouts import connection_limits, guard_runner, serve_options
+from gateway.cluster import ws_proxy
 from gateway.cluster.directory import RedisDirectory, Unavailable, WorkerStatus
 from gateway.cluster.identity import ENV, WorkerIdentity
 from gateway.cluster.metrics import SupervisorMetrics
 from gateway.cluster.placement import Candidate, Reservations, choose
-from gateway.cluster.proxy import Upstream
+from gateway.cluster.proxy import Upstream, request_headers
 from gateway.cluster.worker import public_url
+from gateway.cluster.ws_proxy import is_upgrade, proxy_websocket
 from gateway.config import GatewayConfig
 from gateway.runtime.worker_pool import PROCESSES_ENV
 
@@ -400,6 +404,66 @@ class Supervisor:
                            "reached and the session is not on this node",
                            {"Retry-After": "2"}) from None
 
+    # -- the Realtime API (gateway/realtime) ---------------------------------------------------
+
+    def _key_slot(self, request: web.Request) -> Slot | None:
+        """The worker that issued the request's ephemeral key (``ek_<its prefix>…``): the
+        key is good on that worker only."""
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.startswith("Bearer ") else next(
+            (p.removeprefix("openai-insecure-api-key.") for p in ws_proxy.offered(request)
+             if p.startswith("openai-insecure-api-key.")), "")
+        return self._slot_for(token[3:]) if token.startswith("ek_") else None
+
+    async def place_realtime(self, request: web.Request) -> web.StreamResponse:
+        """A Realtime WebRTC call: placed as a session is, or on its ephemeral key's worker."""
+        slot = self._key_slot(request)
+        if slot is None:
+            return await self.place(request)
+        return await self.upstream.buffered(request, slot.local_url, await request.read())
+
+    async def realtime_socket(self, request: web.Request) -> web.StreamResponse:
+        """The Realtime WebSocket: a call's control socket goes to the call's worker; a new
+        session to its ephemeral key's worker, or the least-loaded local worker that takes it
+        (a refusal before the upgrade: the next one). Not across nodes: a browser does not
+        follow a redirect on a WebSocket."""
+        call_id = request.query.get("call_id")
+        pinned = self._slot_for(call_id) if call_id else self._key_slot(request)
+        if call_id and pinned is None:
+            raise ApiError(404, "call_not_found", "no such call on this node")
+        http = self.upstream.http
+        assert http is not None
+        headers = request_headers(request, self.upstream.token)
+        tried: set[str] = set()
+        while True:
+            slot = pinned
+            if slot is None:  # placed as a session is, among this node's workers
+                choice = choose(self._candidates(tried, remote=False), self.rng)
+                slot = None if choice is None else self._by_id[choice.id]
+            if slot is None:
+                raise self._refusal()
+            url = str(URL(slot.local_url).with_scheme("ws")) + request.path_qs
+            self.reservations.begin(slot.id)
+            upstream = None
+            try:
+                upstream = await ws_proxy.connect(http, url, request, headers)
+            except ws_proxy.Refused as exc:
+                if exc.status == 503 and pinned is None:
+                    tried.add(slot.id)
+                    continue
+                raise ApiError(exc.status, "refused", str(exc)) from None
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self.metrics.proxy_errors.inc()
+                if pinned is not None:
+                    raise ApiError(502, "worker_unreachable", str(exc)) from exc
+                tried.add(slot.id)
+                continue
+            finally:
+                self.reservations.end(slot.id, upstream is not None)
+            if pinned is None:
+                self.metrics.placements.labels("local").inc()
+            return await ws_proxy.pipe(request, upstream)
+
     def _least_loaded_slot(self) -> Slot | None:
         serving = [s for s in self.slots if s.state == "serving" and s.status is not None]
         if serving:
@@ -419,6 +483,10 @@ class Supervisor:
 
     async def _proxy(self, request: web.Request, slot: Slot) -> web.StreamResponse:
         try:
+            if is_upgrade(request) and self.upstream.http is not None:
+                # the ElevenLabs-compatible sockets: carried through (no redirect on a socket)
+                return await proxy_websocket(request, self.upstream.http, slot.local_url,
+                                             self.upstream.token)
             return await self.upstream.streamed(request, slot.local_url)
         except (aiohttp.ClientConnectionError, TimeoutError) as exc:
             self.metrics.proxy_errors.inc()
@@ -509,6 +577,11 @@ class Supervisor:
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/metrics", metrics)
         app.router.add_route("*", "/v1/sessions", sessions)
+        app.router.add_get("/v1/realtime", self.realtime_socket)
+        app.router.add_post("/v1/realtime", self.place_realtime)
+        app.router.add_post("/v1/realtime/calls", self.place_realtime)
+        app.router.add_route("*", r"/v1/realtime/calls/{session_id}{tail:(/.*)?}",
+                             self.route_session)
         app.router.add_route("*", r"/v1/sessions/{session_id}{tail:(/.*)?}", self.route_session)
         app.router.add_route("*", "/{tail:.*}", self.proxy_any)
         return app
@@ -537,8 +610,13 @@ class Supervisor:
 
     async def run(self) -> None:
         await self.upstream.start()
-        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True)
+        limits = connection_limits(self.config)
+        runner = web.AppRunner(self.app(), access_log=None, handler_cancellation=True,
+                               **serve_options(limits))
         await runner.setup()
+        guard_runner(runner, limits)  # the public port's timeouts and per-address cap
+        rate_file = shared_path(os.getpid())
+        create_shared(rate_file)  # the workers' shared rate limit buckets (api/rate_store.py)
         try:
             site = web.TCPSite(runner, self.config.host, self.config.port)
             await site.start()  # first: a port in use fails before any worker starts
@@ -563,6 +641,8 @@ class Supervisor:
                     await self.directory.drop_node(self.node)
                 await self.directory.close()
             await runner.cleanup()
+            with contextlib.suppress(OSError):
+                os.unlink(rate_file)
             await self.upstream.close()
 
     async def _drain(self) -> None:

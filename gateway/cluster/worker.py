@@ -28,8 +28,13 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.api.access import RATE_STORE
+from gateway.api.channel_routes import CHANNELS
 from gateway.api.errors import Handler
+from gateway.api.rate_store import SharedFileBuckets, shared_path
 from gateway.api.routes import BASE_URL, HEALTH_EXTRA, REGISTRY
+from gateway.channels.locator import LocatorUnavailable
+from gateway.cluster.channel_locator import RedisChannelLocator
 from gateway.cluster.directory import (
     HEARTBEAT_S,
     SESSION_REFRESH_S,
@@ -62,6 +67,8 @@ def attach_worker(app: web.Application, config: GatewayConfig) -> WorkerAgent | 
     identity = WorkerIdentity.from_env()
     if identity is None:
         return None
+    if not config.redis_url:  # the node's workers share their rate limits (api/rate_store.py)
+        app[RATE_STORE] = SharedFileBuckets(shared_path(identity.supervisor_pid))
     return WorkerAgent(app, config, identity)
 
 
@@ -83,6 +90,7 @@ class WorkerAgent:
         self._beat: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._orphaned = False
+        self.channels: Any = None  # the app's ChannelRegistry, once Redis is configured
         app.middlewares.insert(0, self._forwarded)  # outermost: every later one sees the client
         app.middlewares.append(self._track_created)  # innermost: sees the 201 itself
         app[HEALTH_EXTRA] = self.health
@@ -134,6 +142,9 @@ class WorkerAgent:
     async def _start(self, app: web.Application) -> None:
         if self.redis_url:
             self.directory = RedisDirectory(self.redis_url)
+            if CHANNELS in app:  # channels live here, listeners anywhere (docs/channels.md)
+                self.channels = app[CHANNELS]
+                self.channels.locator = RedisChannelLocator(self.directory, self.url)
         self._beat = asyncio.create_task(self._heartbeat(), name="cluster-heartbeat")
 
     def _spawn(self, coro: Any) -> None:
@@ -189,6 +200,9 @@ class WorkerAgent:
             if gone:
                 await directory.drop_sessions(gone)
             self._registered = live
+            if self.channels is not None and self.channels.locator is not None:
+                with contextlib.suppress(LocatorUnavailable):
+                    await self.channels.locator.announce([c.name for c in self.channels])
         except Unavailable:
             self._resync = True  # Redis may come back empty: re-set everything then
 

@@ -10,13 +10,13 @@ s); when the turn ends its final decode runs, finals one after another in turn o
 listener has at most one final queued on the recogniser. Partials of a turn that has ended are
 dropped. A failed final decode is reported as ``TranscriptionFailed``, and hearing goes on.
 
-Speculative finals (``speculate_ms``, 200 by default; None = off): once the user has been quiet
-that long (at least the turn detector's post-speech pad, so the segment's audio is complete),
-the final decode of the segment as it would end now starts at once, while the turn detector
-still waits for its ``stop_ms`` of silence. If the turn then ends with no new voiced frame (the
-same audio), that decode is the final transcript: the endpointing wait hides the ASR time. If
-the user resumes, it is discarded (cancelled if it has not started on the recogniser yet) and
-a later one is made when they stop again. A segment too short to decode ends as
+Speculative finals (``speculate_ms``, ``SPECULATE_MS`` by default; None = off): once the user
+has been quiet that long (at least the turn detector's post-speech pad, so the segment's audio
+is complete), the final decode of the segment as it would end now starts at once, while the turn
+detector still waits for its ``stop_ms`` of silence. If the turn then ends with no new voiced
+frame (the same audio), that decode is the final transcript: the endpointing wait hides the ASR
+time. If the user resumes, it is discarded (cancelled if it has not started on the recogniser
+yet) and a later one is made when they stop again. A segment too short to decode ends as
 ``SegmentSkipped``.
 
 A speculation that is decoded while the turn's end is still awaited is announced at once as a
@@ -108,13 +108,16 @@ ListenEvent = (SpeechStarted | BargeIn | SpeechStopped | PartialTranscript | Fin
                | TentativeTranscript | TranscriptionFailed | SegmentSkipped)
 _Final = tuple[int, SpeechStopped, _Speculation | None]
 
+#: start the final decode after this much silence, before the turn ends (None or 0: off)
+SPECULATE_MS = 100
+
 
 class Listener:
     def __init__(self, recognizer: Recognizer, *, vad: VoiceDetector | None = None,
                  turns: TurnOptions | None = None, partials: bool = True,
                  partial_interval: float = DEFAULT_INTERVAL,
                  min_final_seconds: float = 0.25, partial_quiet: float = 0.2,
-                 speculate_ms: int | None = 200, turn_model: TurnModel | None = None,
+                 speculate_ms: int | None = SPECULATE_MS, turn_model: TurnModel | None = None,
                  semantic: SemanticOptions | None = None) -> None:
         self.recognizer = recognizer
         self.vad = vad or SileroVad()

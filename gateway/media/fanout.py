@@ -32,7 +32,7 @@ class SinkPolicy(StrEnum):
     DROP = "drop"
 
 
-class Delivery(FrameOwner, Protocol):
+class SinkProgress(FrameOwner, Protocol):
     """A source's progress at one sink."""
 
     def skip(self, count: int) -> None: ...
@@ -43,7 +43,7 @@ class Delivery(FrameOwner, Protocol):
 class FrameSource(Protocol):
     """What frames come from (an utterance): makes (or returns) its delivery to a sink."""
 
-    def delivery(self, sink: str, first_index: int) -> Delivery: ...
+    def delivery(self, sink: str, first_index: int) -> SinkProgress: ...
 
 
 @dataclass(eq=False)

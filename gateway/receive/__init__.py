@@ -20,7 +20,9 @@ switches, with the recording and the period log off unless asked for. Its parts:
   (gateway.media.ticker), absolute schedule, a failing period counted and skipped;
 * receive_stats.py, sliding_window.py: counters and delay trackers, sorted windows.
 
-Used by the headless client (gateway.client) and next by the gateway's microphone uplink.
+Used by the headless client (gateway.client) and by the WebRTC leg for the user's microphone
+(full duplex). The jitter buffer's depth is set by depth_policy.py (the RED, repair and burst
+floors) and kept at its target in pauses by level.py.
 
-Layer: below tts/speech. May import media, rtp, runtime.
+Layer: below tts/speech, above nack. May import nack, media, rtp, runtime.
 """

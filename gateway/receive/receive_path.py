@@ -50,45 +50,33 @@ counters: :class:`ReceiveStats`.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE, RTP_TICKS_PER_FRAME
-from gateway.receive.burst_depth import BurstDepth
+from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE
+from gateway.nack.generator import NackGenerator
+from gateway.nack.sender import NackSender, SendRtcp
+from gateway.receive.depth_policy import DepthPolicy
 from gateway.receive.frame_decoder import FrameDecoder, FrameKind
 from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, PopKind
+from gateway.receive.level import LevelKeeper
 from gateway.receive.loss_tracker import LossTracker
-from gateway.receive.nack_sender import NackSender, SendRtcp
 from gateway.receive.opus_packet import packet_ticks
 from gateway.receive.pcm_source import PcmFrame, PcmSource, ReceivePathClosed
 from gateway.receive.period_waiters import PeriodWaiters
 from gateway.receive.playout import PlayoutClock, TickScheduler
 from gateway.receive.receive_config import PERIOD_S, PlayedPeriod, ReceivePathConfig
 from gateway.receive.receive_stats import DelayTracker, ReceiveStats, TransitTracker
-from gateway.receive.red_recovery import (
-    MalformedRed,
-    RedCopy,
-    RedRecovery,
-    needed_min_frames,
-    split_red,
-)
-from gateway.receive.repair_floor import RepairFloor
+from gateway.receive.red_recovery import MalformedRed, RedCopy, RedRecovery, split_red
 from gateway.receive.sample_queue import Decoded, Period, SampleQueue
-from gateway.rtp.nack_generator import NackGenerator
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 
 __all__ = ["ReceivePath", "ReceivePathClosed", "ReceivePathConfig", "SendRtcp"]
 
 _PHASE_TOLERANCE_S = 0.002
-_QUIET_PEAK = 64  # int16 peak of a frame that may be cut to trim latency (about -54 dBFS)
-
-
-def _is_quiet(pcm: np.ndarray) -> bool:
-    return not pcm.size or int(np.max(np.abs(pcm.astype(np.int32)))) <= _QUIET_PEAK
 
 
 class ReceivePath:
@@ -117,17 +105,7 @@ class ReceivePath:
             max_seqs_per_s=cfg.nack_max_seqs_per_s,
         )
         self.red = RedRecovery(self.jitter, self.nack)
-        self._red_floor = cfg.jitter_min_frames
-        self._repair_floor = RepairFloor(cfg.jitter_min_frames, cfg.max_frames, cfg.repair_hold_s)
-        self._bursts: BurstDepth | None = None
-        if cfg.nack and cfg.burst_depth:
-            self._bursts = BurstDepth(
-                base=cfg.jitter_min_frames, top=cfg.burst_top_frames,
-                late_every_s=cfg.burst_late_every_s, memory_s=cfg.burst_memory_s,
-                round_trips=cfg.burst_round_trips, frame_s=PERIOD_S,
-                start=cfg.burst_start_frames, start_hold_s=cfg.burst_start_hold_s,
-            )
-        self._burst_floor = cfg.jitter_min_frames
+        self.depth = DepthPolicy(cfg, self.jitter, self.nack, self.red)
         self._red_pt: int | None = None
         self.decoder = FrameDecoder(fec=cfg.fec)
         self.losses = LossTracker()
@@ -145,11 +123,7 @@ class ReceivePath:
         )
         self._queue = SampleQueue()
         self._stats = ReceiveStats()
-        self._excess_periods = 0
-        self._excess_frames = 0.0
-        self._short_periods = 0
-        self._last_quiet = False
-        self._quiet_run = 0  # quiet frames in a row just played (a pause, not a closure)
+        self.level = LevelKeeper(cfg, self.jitter, self._stats)
         self._tss = Unwrapper(32)
         self._transit = TransitTracker()
         self._delay = DelayTracker()
@@ -180,10 +154,8 @@ class ReceivePath:
         """RED was negotiated: the buffer keeps the RED reserve from the start (deepening it
         when the first copies come would cost a stretch in the middle of the stream)."""
         self._red_pt = payload_type
-        cfg = self.config
-        if payload_type is not None and cfg.red:
-            reserved = cfg.red_min_frames(cfg.min_frames + cfg.red_reserve_frames)
-            self._red_floor = max(self._red_floor, reserved)
+        if payload_type is not None and self.config.red:
+            self.depth.red_negotiated()
             self._apply_floor(self._now())
 
     def on_rtp(self, packet: object, arrival_time_ms: int = 0) -> None:
@@ -226,8 +198,8 @@ class ReceivePath:
         seq &= SEQ_MASK
         media_time = self._tss.unwrap(timestamp & 0xFFFFFFFF) / RTP_CLOCK_RATE
         arrival = self.losses.on_packet(seq)
-        if arrival.gap and self._bursts is not None:
-            self._bursts.on_gap(arrival.gap * self.jitter.packet_ticks / RTP_TICKS_PER_FRAME, now)
+        if arrival.gap:
+            self.depth.on_gap(arrival.gap, now)
         repaired = self.nack.on_packet(seq, now) if self.config.nack else False
         result = self.jitter.insert(
             seq, timestamp, payload, now, retransmitted=repaired, duration=packet_ticks(payload)
@@ -244,7 +216,7 @@ class ReceivePath:
             self._transit.add(now - media_time)
         if copies and self.config.red:
             self._fill_from_red(copies, now)
-        elif arrival.gap and self._bursts is not None:
+        elif arrival.gap and self.depth.bursts is not None:
             self._apply_floor(now)
         if self._nacks is not None and self.nack.missing:
             self._nacks.wake()
@@ -253,42 +225,24 @@ class ReceivePath:
         """Missing frames from the redundant copies, before anything asks for them (the gap
         was seen on this very packet); the buffer deepens so the oldest copy is in time."""
         self.red.fill(copies, now)
-        self._red_floor = self.config.red_min_frames(needed_min_frames(self.red.oldest_offset))
+        self.depth.on_red_copies()
         self._apply_floor(now)
 
     def _apply_floor(self, now: float) -> None:
-        came_down = False
-        if self._bursts is not None:
-            cfg = self.config
-            rtt = self.nack.rtt_s if self.nack.rtt_measured else 0.0  # (a guess overshoots)
-            retry = max(cfg.nack_rtt_factor * rtt, cfg.nack_min_interval_s)
-            red_frames = self.red.oldest_offset / RTP_TICKS_PER_FRAME if cfg.red else 0.0
-            floor = self._bursts.frames(now, rtt, retry, red_frames)
-            came_down = floor < self._burst_floor
-            self._burst_floor = floor
-        floor = max(self._red_floor, self._repair_floor.frames(now), self._burst_floor)
-        if floor > self.jitter.min_frames and self._started_playing and not self.jitter.playing:
-            # stalled: resume as soon as the old target allows, deepen in a pause later
-            # (measured: as good as stalling on to the new depth, and the stall is shorter)
-            return
-        if floor != self.jitter.min_frames:
-            # the burst floor came down: so does the target, the excess is cut in a pause
-            self.jitter.set_min_frames(floor, release=came_down and floor < self.jitter.min_frames)
-            # ask for what the buffer can still play, however long the burst before it
-            self.nack.window_frames = max(self.config.nack_window_frames, floor + 2)
+        self.depth.apply(now, self._started_playing)
 
     @property
     def burst_floor_frames(self) -> int:
         """The depth the recent loss bursts' NACK repairs need (the floor without bursts when
         there were none, or NACK is off)."""
-        return self._burst_floor
+        return self.depth.burst_floor
 
     # -- output ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> np.ndarray:
         """One playout period: decode what it needs, play (and hand out) exactly 20 ms."""
         self._apply_floor(now)
-        self._measure_level()
+        self.level.measure(self._queue.samples)
         need = self.config.decode_ahead_frames * FRAME_SAMPLES
         while self._queue.samples < need:
             self._queue.push(self._decode_next(now, need - self._queue.samples))
@@ -311,54 +265,9 @@ class ReceivePath:
             self._nacks.wake()  # retries are due on the playout clock
         return pcm
 
-    def _measure_level(self) -> None:
-        """Once per period: how long more (or less) than the target has stayed buffered."""
-        jb = self.jitter
-        level = jb.depth_frames + self._queue.samples / FRAME_SAMPLES
-        self._excess_frames = excess = level - jb.target_frames
-        over = jb.playing and excess >= jb.packet_ticks / RTP_TICKS_PER_FRAME  # a packet more
-        under = jb.playing and excess <= -1  # a frame less
-        self._excess_periods = self._excess_periods + 1 if over else 0
-        self._short_periods = self._short_periods + 1 if under else 0
-
     def _decode_next(self, now: float, want: int) -> Decoded:
-        cfg = self.config
-        deepening = self._burst_floor > cfg.jitter_min_frames  # bursts raised the target
-        wait = cfg.deepen_after_periods if deepening else cfg.stretch_after_periods
-        in_pause = self._quiet_run >= (cfg.pause_frames if deepening else 1)
-        if self._short_periods >= wait and in_pause and not self._overdue(now):
-            # Less buffered than the target for a while (a start on a burst, or the target
-            # grew): play one period of silence in this pause and let the buffer fill up.
-            # Deepening for bursts: the whole shortfall at once, one change of delay in one
-            # pause (each change of delay costs PESQ, whatever its size).
-            frames = max(1, math.floor(-self._excess_frames)) if deepening else 1
-            self._short_periods = 0
-            self._stats.stretched += frames
-            silence = np.zeros(frames * FRAME_SAMPLES, dtype=np.int16)
-            return Decoded(FrameKind.INSERTED, None, None, None, silence)
-        item = self._pop_decode(now, want)
-        self._note_quiet(item)
-        excess = self._excess_frames * FRAME_SAMPLES  # samples
-        # two packets or more too many (the burst floor came down): all of it in one pause
-        whole = excess >= 2 * self.jitter.packet_ticks * FRAME_SAMPLES / RTP_TICKS_PER_FRAME
-        quiet = self._quiet_run >= (cfg.cut_pause_frames if whole else cfg.trim_pause_frames)
-        if self._excess_periods >= cfg.trim_after_periods and quiet and item.pcm.size <= excess:
-            # More buffered than the target by a packet for a while: cut one here, in
-            # silence, rather than let the jitter buffer drop one wherever it is (speech);
-            # the whole excess in a pause, while it stays quiet (one change of delay).
-            self._excess_periods = 0
-            while True:
-                excess -= item.pcm.size
-                self._stats.trimmed += 1
-                item = self._pop_decode(now, want)
-                self._note_quiet(item)
-                if not (whole and self._last_quiet and item.pcm.size <= excess):
-                    break
-        return item
-
-    def _note_quiet(self, item: Decoded) -> None:
-        self._last_quiet = item.kind is FrameKind.FRAME and _is_quiet(item.pcm)
-        self._quiet_run = self._quiet_run + 1 if self._last_quiet else 0
+        return self.level.decode_next(now, want, self._pop_decode,
+                                      deepening=self.depth.deepening, overdue=self._overdue(now))
 
     def _overdue(self, now: float) -> bool:
         """Packets are overdue (a loss burst under way, or a pause): the buffer is short only
@@ -402,7 +311,7 @@ class ReceivePath:
                 if self._repairs() > self._repairs_before_dry:
                     # a loss burst longer than the buffer, repaired after it ran dry: keep the
                     # stall as depth, so the next burst this long is repaired in time
-                    self._repair_floor.stalled_for_repair(self._dry_periods, now)
+                    self.depth.repair_floor.stalled_for_repair(self._dry_periods, now)
             self._dry_periods = 0
         if item.kind is FrameKind.FEC:
             st.recovered_fec += 1

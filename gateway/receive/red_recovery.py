@@ -24,10 +24,10 @@ import math
 from dataclasses import dataclass
 
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
+from gateway.nack.generator import NackGenerator
 from gateway.receive.jitter_buffer import InsertResult, JitterBuffer, SlotState
 from gateway.receive.opus_packet import packet_ticks
 from gateway.rtp import red
-from gateway.rtp.nack_generator import NackGenerator
 from gateway.rtp.seqnum import SEQ_MASK
 
 __all__ = ["MalformedRed", "RedCopy", "RedCounts", "RedRecovery", "split_red"]

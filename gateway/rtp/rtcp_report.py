@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from gateway.rtp.rtcp_nack import MalformedRtcp
+from gateway.rtp.rtcp_error import MalformedRtcp
 
 PT_SR, PT_RR = 200, 201
 _BLOCK = struct.Struct("!IIIIII")

@@ -1,7 +1,7 @@
 """The event loop's own core: pin the loop's thread to one CPU and hand the others to helper
 processes (Whisper's), so that no decode ever runs where the loop runs.
 
-Why (tests/test_duplex_load.py, 100 listeners + 4 talkers on this 2-vCPU VM, calm): with the
+Why (bench/duplex_load.py, 100 listeners + 4 talkers on this 2-vCPU VM, calm): with the
 decoding process free to run anywhere at SCHED_IDLE, the talking windows kept 90.6 % of the
 listeners' packets within 5 ms against 99.1 % quiet, with 10 loop stalls >= 10 ms, every one
 caught in a call that releases the GIL (sendmmsg, SRTP, Opus, urandom): the loop was waiting to

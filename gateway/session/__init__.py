@@ -1,5 +1,6 @@
-"""Sessions: the transport-free conversation, its legs (WebRTC now, HTTP next), the SDP
-policy and the registry of live sessions.
+"""Sessions: a ``Session`` is an id, a conversation and its transport legs, and the registry of
+live sessions (cap, idle timeout, drain).
 
-Layer: below api. May import speech, tts, receive, media, rtp, runtime and aiortc_compat.
+Layer: below api and config. May import the transports (webrtc, http), conversation and
+everything below them.
 """

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 from aiortc import RTCConfiguration
 
+from gateway.conversation.duplex import DuplexFactory
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
 from gateway.runtime.gc_policy import GcPolicy
 from gateway.runtime.metrics import METRICS
-from gateway.session.duplex import DuplexFactory
-from gateway.session.options import SessionOptions
 from gateway.session.session import Session, new_session_id
 from gateway.speech.phrase_cache import PhraseCache
 
@@ -76,23 +76,19 @@ class SessionRegistry:
         return self._sessions.get(session_id)
 
     async def create(
-        self, offer_sdp: str, requested_at: float | None = None
+        self, offer_sdp: str, requested_at: float | None = None, hear: bool = True
     ) -> tuple[Session, str]:
         """``requested_at``: time.monotonic() when the offer's request arrived (the start of
-        the session's connect timeline; default: now)."""
+        the session's connect timeline; default: now). ``hear=False``: no duplex loop of
+        its own (a Realtime call brings its own hearing: gateway/realtime/call.py)."""
         requested_at = time.monotonic() if requested_at is None else requested_at
-        if self.draining:
-            METRICS.sessions_rejected.labels("draining").inc()
-            raise Draining("the gateway is draining (shutting down): no new sessions")
-        if len(self._sessions) + self._creating >= self.max_sessions:
-            METRICS.sessions_rejected.labels("session_limit").inc()
-            raise SessionLimitReached(f"the gateway is at its cap of {self.max_sessions} sessions")
+        self.admit()
         self._creating += 1
         try:
             session, answer = await Session.create(
                 offer_sdp, self.rtc_config, self.options, on_closed=self._forget,
                 phrase_cache=self.phrase_cache, session_id=new_session_id(self.id_prefix),
-                duplex=self.duplex, udp_mux=self.udp_mux,
+                duplex=self.duplex if hear else None, udp_mux=self.udp_mux,
             )
         finally:
             self._creating -= 1
@@ -105,6 +101,31 @@ class SessionRegistry:
         if self.idle_timeout_s > 0 and self._sweeper is None:
             self._schedule_sweep()
         return session, answer
+
+    def admit(self) -> None:
+        """Raise ``Draining`` or ``SessionLimitReached`` if no session may start now."""
+        if self.draining:
+            METRICS.sessions_rejected.labels("draining").inc()
+            raise Draining("the gateway is draining (shutting down): no new sessions")
+        if len(self._sessions) + self._creating >= self.max_sessions:
+            METRICS.sessions_rejected.labels("session_limit").inc()
+            raise SessionLimitReached(f"the gateway is at its cap of {self.max_sessions} sessions")
+
+    def new_id(self) -> str:
+        return new_session_id(self.id_prefix)
+
+    def add(self, session: Session) -> None:
+        """A session made by another front door (gateway/realtime: no WebRTC leg of ours,
+        ``session.webrtc`` is None), counted, capped, drained and swept like the others;
+        call ``admit`` first. It calls the registry's ``forget`` when it closes."""
+        self._sessions[session.id] = session
+        self.created_total += 1
+        METRICS.sessions_created.inc()
+        if self.idle_timeout_s > 0 and self._sweeper is None:
+            self._schedule_sweep()
+
+    def forget(self, session: Session) -> None:
+        self._forget(session)
 
     def _schedule_sweep(self) -> None:
         period = min(5.0, max(0.05, self.idle_timeout_s / 4))
@@ -143,13 +164,14 @@ class SessionRegistry:
         if self._sessions.pop(session.id, None) is not None:
             reason = session.close_reason or "closed"
             METRICS.sessions_closed.labels(reason if reason in CLOSE_REASONS else "other").inc()
-            METRICS.send.fold(session.webrtc)
+            if session.webrtc is not None:
+                METRICS.send.fold(session.webrtc)
             self.gc.session_closed(len(self._sessions))
 
     def count_by_state(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for session in self._sessions.values():
-            state = session.webrtc.pc.connectionState
+            state = "connected" if session.webrtc is None else session.webrtc.pc.connectionState
             counts[state] = counts.get(state, 0) + 1
         return counts
 

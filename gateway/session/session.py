@@ -1,10 +1,10 @@
 """A session: an id, a transport-free conversation and the legs that carry it.
 
-Today a session has one leg, WebRTC (``webrtc_leg.WebRtcLeg``: the peer connection, its RTP sink
-and NACK responder); HTTP legs (a listener on the conversation's frames) join the same way. A
-session owns everything it starts and ``close`` ends all of it -- every step runs even when an
-earlier one fails -- and closing twice is harmless. A peer that fails or closes its side ends
-its own session only.
+A session's leg is WebRTC (``gateway.webrtc.leg.WebRtcLeg``: the peer connection, its RTP sink,
+NACK answers and, in full duplex, the microphone's receive path); the leg is an ``AudioSink`` of
+the conversation (``gateway.media.sink``). A session owns everything it starts and ``close``
+ends all of it -- every step runs even when an earlier one fails -- and closing twice is
+harmless. A peer that fails or closes its side ends its own session only.
 
 Session ids are ``<prefix><random>``: the registry's prefix can later name the worker that owns
 the session (scale-out), so any node can route a request by its id alone.
@@ -21,15 +21,15 @@ from typing import Any
 
 from aiortc import RTCConfiguration
 
+from gateway.conversation import teardown
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex, DuplexFactory
+from gateway.conversation.options import SessionOptions
 from gateway.net.udp_mux import MuxGroup
-from gateway.session import teardown
-from gateway.session.conversation import Conversation
-from gateway.session.duplex import Duplex, DuplexFactory
-from gateway.session.options import SessionOptions
-from gateway.session.sdp_policy import OfferSummary, inspect_offer
-from gateway.session.webrtc_leg import WebRtcLeg
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import Speaker
+from gateway.webrtc.leg import WebRtcLeg
+from gateway.webrtc.sdp_policy import OfferSummary, inspect_offer
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+from gateway.text.timing import WordTiming
 from gateway.tts.base import SynthesisError
 
 AHEAD_FRAMES = 250  # 5 s of audio made before anyone plays it
@@ -34,6 +35,7 @@ class Prerender:
         self.first_pcm_at: float | None = None  # the voice's first PCM (timelines)
         self.frames_encoded = 0
         self.frames_rendered = 0  # 20 ms PCM frames the voice has produced so far
+        self.words: list[WordTiming] = []  # when each word plays (ms from the first sample)
         self.cached = False  # the phrase cache had it: nothing rendered
         self.done = False
         self.error: str | None = None

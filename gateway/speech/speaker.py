@@ -27,7 +27,9 @@ from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
 from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
+from gateway.text.timing import WordTiming, WordTrack
 from gateway.tts.base import SynthesisError, Synthesizer, open_stream
+from gateway.tts.synthesis_limits import limited_stream
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class _Progress(Protocol):
     first_pcm_at: float | None
     frames_encoded: int
     frames_rendered: int
+    words: list[WordTiming]
 
 
 class Speaker:
@@ -284,7 +287,7 @@ class Speaker:
                 prerendered.cancel()
         key: PhraseKey | None = None
         recorder: PhraseRecorder | None = None
-        if self.cache is not None:
+        if self.cache is not None and getattr(voice, "cacheable", True):
             key = self._cache_key(voice, utterance.text, utterance.instructions)
             phrase = self.cache.get(key)
             if phrase is not None:
@@ -341,6 +344,7 @@ class Speaker:
         if index is None:
             return
         utterance.frames_encoded = prerendered.frames_encoded
+        utterance.words = prerendered.words
         self._all_queued(utterance, index)
 
     async def _render(self, progress: _Progress, voice: Synthesizer, text: str,
@@ -351,8 +355,10 @@ class Speaker:
         aligner = SampleAligner()
         framer = Framer(FRAME_SAMPLES)
         resampler = RateFollower()
+        track = WordTrack(text)  # the words' times travel with the PCM
+        progress.words = track.words  # live: each chunk's words as soon as it arrives
         started = time.monotonic()
-        stream = open_stream(voice, text, instructions)
+        stream = limited_stream(open_stream(voice, text, instructions), text)
         async with contextlib.aclosing(stream) as chunks:
             async for chunk in chunks:
                 if progress.first_pcm_at is None:
@@ -360,11 +366,14 @@ class Speaker:
                     METRICS.tts_first_chunk.labels(type(voice).__name__).observe(
                         progress.first_pcm_at - started
                     )
-                samples = resampler.push(aligner.push(chunk.data), chunk.sample_rate)
+                source = aligner.push(chunk.data)
+                track.add(source, chunk.sample_rate, chunk.words)
+                samples = resampler.push(source, chunk.sample_rate)
                 frames = framer.push(samples)
                 progress.frames_rendered += len(frames)  # the clause's length, as known
                 async for payload in self._encode(progress, encoder, frames):
                     yield payload
+        progress.words = track.finish()
         tail = resampler.flush()
         frames = (framer.push(tail) if tail.size else []) + framer.flush()
         progress.frames_rendered += len(frames)

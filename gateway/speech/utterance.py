@@ -19,10 +19,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.runtime.clock import wall_ms, wall_offset
 from gateway.runtime.metrics import METRICS
+from gateway.text.timing import WordTiming
+
+if TYPE_CHECKING:
+    from gateway.speech.text_feed import TextFeed
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +132,11 @@ class Utterance:
     _sent: asyncio.Event | None = field(default=None, repr=False)
     chars: int = 0  # len(text): the text itself is dropped once synthesis has ended
     instructions: str | None = None  # for backends that take them (CosyVoice instruct modes)
+    #: when each word plays, ms from the utterance's first sample (the synthesizer's own
+    #: timings, else estimated; none for a phrase-cache replay), once synthesis has ended
+    words: list[WordTiming] = field(default_factory=list, repr=False)
+    #: an open utterance's text, still being appended (speech/text_feed.py); None: all given
+    text_feed: TextFeed | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.chars = len(self.text)

@@ -16,6 +16,11 @@ Tokens come from ``StandInConfig.tokens`` or ``reply(messages)``; ``first_token_
 tokens, cleanly, with neither finish reason nor [DONE]), ``hang`` (headers, then nothing),
 ``ignore_stream`` (one chat.completion JSON even when streaming was asked). ``requests`` records
 each request and how it ended (``cancelled`` when the client went away).
+
+Function calling: ``tool_calls(body)`` (for a request with ``tools``) returns the calls to make,
+``(name, arguments JSON)`` each; they are streamed as OpenAI streams them (the first chunk of a
+call carries its ``id``, ``type`` and ``name``, the arguments follow in pieces, the last chunk's
+``finish_reason`` is ``tool_calls``). An empty list: the text tokens as usual.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class StandInConfig:
     first_token_delay_ms: float = 0.0
     token_delay_ms: float = 0.0
     gate_after: int = 1
+    #: If set, a request with ``tools`` is answered with the calls it returns (see the module).
+    tool_calls: Callable[[dict[str, Any]], list[tuple[str, str]]] | None = None
 
 
 @dataclass(eq=False)
@@ -232,6 +239,19 @@ class ChatStandIn:
             return resp
         if cfg.first_token_delay_ms:
             await asyncio.sleep(cfg.first_token_delay_ms / 1000)
+        calls = cfg.tool_calls(rec.body) if cfg.tool_calls and rec.body.get("tools") else []
+        if calls:
+            for index, (name, arguments) in enumerate(calls):
+                await send(self._chunk(ident, model, {"tool_calls": [{
+                    "index": index, "id": f"call_standin{next(self._ids)}", "type": "function",
+                    "function": {"name": name, "arguments": ""}}]}))
+                for at in range(0, len(arguments), 8):
+                    await send(self._chunk(ident, model, {"tool_calls": [{
+                        "index": index, "function": {"arguments": arguments[at:at + 8]}}]}))
+            await send(self._chunk(ident, model, {}, "tool_calls"))
+            await send(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
         stop_at = len(tokens) // 2 if fault in ("error_event", "cut_mid_stream", "no_done") \
             else len(tokens)
         for i, token in enumerate(tokens[:stop_at]):

@@ -13,13 +13,19 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from gateway.text.timing import WordTiming
+
 
 @dataclass(frozen=True, slots=True)
 class PcmChunk:
-    """Signed 16-bit little-endian mono PCM bytes (possibly an odd count) at ``sample_rate``."""
+    """Signed 16-bit little-endian mono PCM bytes (possibly an odd count) at ``sample_rate``.
+
+    ``words``: the words this chunk starts, timed from its first sample (a word may run into
+    the next chunks); empty when the backend does not know (the caller may estimate them)."""
 
     data: bytes
     sample_rate: int
+    words: tuple[WordTiming, ...] = ()
 
 
 class SynthesisError(Exception):

@@ -12,6 +12,11 @@ is rendered alone and ahead of everyone's prefetches, then each next one is pref
 previous one plays (and promoted if its turn comes before it started). Clause joints have their
 long silences trimmed so the seams stay natural, and the first clause's leading silence is
 trimmed so speech starts at once.
+
+No clause is longer than ``MAX_CLAUSE_CHARS`` (``clause_bound``: text without punctuation is
+cut at word boundaries), so one model run's memory is bounded; and a stream that is closed
+(its reader went away, its session closed) stops the model run under way at once
+(``render_cancel``: onnxruntime's terminate flag), not when its clause is done.
 """
 
 from __future__ import annotations
@@ -27,8 +32,12 @@ from typing import Any
 import numpy as np
 
 from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
+from gateway.text.clause_bound import MAX_CLAUSE_CHARS, bound_clauses
+from gateway.text.segmenter import split_clauses
+from gateway.text.timing import WordTiming, estimate_words
 from gateway.tts.base import PcmChunk, SynthesisError
-from gateway.tts.clauses import split_clauses
+from gateway.tts.piper_align import patched_model, word_timings
+from gateway.tts.render_cancel import CancellableSession, RenderCancel, RenderCancelled
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
@@ -88,10 +97,12 @@ def _build_voice() -> Any:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with open(config_path(), encoding="utf-8") as f:
         config = PiperConfig.from_dict(json.load(f))
+    # With the phoneme durations as an output (the onnx package): Piper's own word timings.
+    model: str | bytes = patched_model(str(model_path())) or str(model_path())
     session = onnxruntime.InferenceSession(
-        str(model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        model, sess_options=options, providers=["CPUExecutionProvider"]
     )
-    return PiperVoice(session=session, config=config)
+    return PiperVoice(session=CancellableSession(session), config=config)
 
 
 def piper_pool() -> WorkerPool:
@@ -103,18 +114,38 @@ def piper_pool() -> WorkerPool:
         return _POOL
 
 
-def trim_silence(
+def trim_bounds(
     pcm: np.ndarray, rate: int, keep_lead: float | None, keep_tail: float | None
-) -> np.ndarray:
+) -> tuple[int, int]:
+    """The [start, end) samples ``trim_silence`` keeps."""
     loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SILENCE_THRESHOLD)
     if not loud.size:
-        return pcm
+        return 0, pcm.size
     start, end = 0, pcm.size
     if keep_lead is not None:
         start = max(0, int(loud[0]) - int(keep_lead * rate))
     if keep_tail is not None:
         end = min(pcm.size, int(loud[-1]) + 1 + int(keep_tail * rate))
+    return start, end
+
+
+def trim_silence(
+    pcm: np.ndarray, rate: int, keep_lead: float | None, keep_tail: float | None
+) -> np.ndarray:
+    start, end = trim_bounds(pcm, rate, keep_lead, keep_tail)
     return pcm[start:end]
+
+
+def _trimmed_words(words: list[WordTiming], start: int, end: int, rate: int
+                   ) -> tuple[WordTiming, ...]:
+    """Word timings moved onto the trimmed audio's timeline (and kept inside it)."""
+    shift, limit = start * 1000 / rate, (end - start) * 1000 / rate
+    out = []
+    for w in words:
+        w = w.shifted(-shift)
+        out.append(WordTiming(w.word, round(min(max(w.start_ms, 0.0), limit), 1),
+                              round(min(max(w.end_ms, 0.0), limit), 1), w.estimated))
+    return tuple(out)
 
 
 class PiperSynthesizer:
@@ -126,12 +157,14 @@ class PiperSynthesizer:
         model: str = "joe",
         first_max_words: int = FIRST_MAX_WORDS,
         pool: WorkerPool | None = None,
+        max_clause_chars: int = MAX_CLAUSE_CHARS,
     ) -> None:
         self.name = name
         self.voice = load_piper_voice(model)
         self.sample_rate = int(self.voice.config.sample_rate)
         self.first_max_words = first_max_words
         self.pool = pool or piper_pool()
+        self.max_clause_chars = max_clause_chars
 
     async def warm_up(self) -> float:
         """Render one short clause on the pool before serving: onnxruntime's first inference
@@ -141,39 +174,59 @@ class PiperSynthesizer:
         await self.pool.run(self._render, "Hello.")
         return asyncio.get_running_loop().time() - started
 
-    def _render(self, clause: str) -> np.ndarray:
-        parts = [chunk.audio_int16_array for chunk in self.voice.synthesize(clause)]
-        if not parts:
-            return np.zeros(0, dtype=np.int16)
-        return np.concatenate(parts).astype("<i2", copy=False)
+    def _render(
+        self, clause: str, cancel: RenderCancel | None = None
+    ) -> tuple[np.ndarray, list[WordTiming]]:
+        """The clause's PCM and its words' timings (Piper's own when the model gives its
+        phoneme durations, else estimated at a constant character rate); ``cancel`` stops
+        the run between and inside Piper's sentences."""
+        if cancel is None:
+            chunks = list(self.voice.synthesize(clause, include_alignments=True))
+        else:
+            chunks = []
+            with cancel.active():
+                for chunk in self.voice.synthesize(clause, include_alignments=True):
+                    cancel.check()  # between Piper's sentences too
+                    chunks.append(chunk)
+        if not chunks:
+            return np.zeros(0, dtype=np.int16), []
+        pcm = np.concatenate([c.audio_int16_array for c in chunks]).astype("<i2", copy=False)
+        words = word_timings(clause, chunks, self.sample_rate)
+        return pcm, words or estimate_words(clause, pcm, self.sample_rate)
 
     async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
-        clauses = split_clauses(text, first_max_words=self.first_max_words)
+        clauses = bound_clauses(split_clauses(text, first_max_words=self.first_max_words),
+                                self.max_clause_chars)
         pool = self.pool
-        pending: Future[np.ndarray] | None = None
+        pending: Future[tuple[np.ndarray, list[WordTiming]]] | None = None
+        cancel = RenderCancel()
         try:
             for i, clause in enumerate(clauses):
                 if pending is not None:  # its turn has come: jump the queue if not started
-                    job = pool.promote(pending, self._render, clause)
+                    job = pool.promote(pending, self._render, clause, cancel)
                 else:
-                    job = pool.submit(self._render, clause, priority=NOW)
+                    job = pool.submit(self._render, clause, cancel, priority=NOW)
                 pending = None
                 try:
-                    pcm = await asyncio.wrap_future(job)
+                    pcm, words = await asyncio.wrap_future(job)
+                except RenderCancelled:
+                    return
                 except Exception as exc:
-                    raise SynthesisError(f"Piper failed on {clause!r}: {exc}") from exc
+                    raise SynthesisError(f"Piper failed on {clause[:80]!r}: {exc}") from exc
                 if i + 1 < len(clauses):  # prefetch the next clause while this one plays
                     # (not earlier: the first clause gets the cores to itself)
-                    pending = pool.submit(self._render, clauses[i + 1], priority=LATER)
+                    pending = pool.submit(self._render, clauses[i + 1], cancel, priority=LATER)
                 last = i + 1 == len(clauses)
-                pcm = trim_silence(
+                start, end = trim_bounds(
                     pcm,
                     self.sample_rate,
                     LEAD_KEEP_S if i == 0 else JOINT_KEEP_S / 2,
                     None if last else JOINT_KEEP_S,
                 )
-                yield PcmChunk(pcm.tobytes(), self.sample_rate)
+                yield PcmChunk(pcm[start:end].tobytes(), self.sample_rate,
+                               _trimmed_words(words, start, end, self.sample_rate))
         finally:
+            cancel.cancel()  # stops the run under way (a job not started never starts one)
             if pending is not None:
                 pending.cancel()
 

@@ -1,7 +1,7 @@
 """Where Debian's Chromium lives and how the browser tests and bench launch it.
 
 Flags and their reasons: /work/shared/notes/browser-testing.md. Installed by
-.ci/install-browser.sh (apt chromium + pip playwright; never ``playwright install``).
+.ci/install-debian.sh (apt chromium; playwright is a dev extra; never ``playwright install``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The gateway runs in the test's event loop (``start_gateway`` from tests/conftest
 host candidates on 127.0.0.1); Playwright's async API shares that loop. Every test gets a fresh
 browser: launching costs well under a second, and nothing leaks between tests.
 
-Skipped, with the reason, only when the Chromium binary is absent (.ci/install-browser.sh installs
+Skipped, with the reason, only when the Chromium binary is absent (.ci/install-debian.sh installs
 it); Chromium present without the playwright package is an error.
 """
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.browser.chromium import CHROMIUM, launch
+from tests.installed import missing
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -34,12 +35,12 @@ CONNECTED = (
 @pytest.fixture
 async def playwright_driver() -> AsyncIterator[Any]:
     if not CHROMIUM.exists():
-        pytest.skip(f"Chromium not installed at {CHROMIUM}; run .ci/install-browser.sh")
+        missing("chromium", f"Debian's Chromium at {CHROMIUM} (.ci/install-debian.sh)")
     try:
         from playwright.async_api import async_playwright
     except ImportError:  # chromium is there, so this is a broken setup, not an opt-out
         pytest.fail("Chromium is installed but the playwright package is not: "
-                    "run .ci/install-browser.sh", pytrace=False)
+                    "run .ci/install-debian.sh", pytrace=False)
     async with async_playwright() as p:
         yield p
 

@@ -19,7 +19,7 @@ import struct
 import pytest
 
 from gateway.api.speech_http import HTTP_STREAMS
-from gateway.stream import frame_records as fr
+from gateway.http import frame_records as fr
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 from tests.browser.conftest import connect, open_demo, speak
@@ -309,7 +309,7 @@ async def test_underruns_are_counted_and_stop_ends_the_stream(start_gateway, pag
 
 
 async def test_frame_parser_agrees_with_the_gateway(start_gateway, page):
-    """web/frames.js parses what gateway/stream/frame_records.py writes, in any chunking, and
+    """web/frames.js parses what gateway/http/frame_records.py writes, in any chunking, and
     refuses what that parser refuses."""
     gw = await start_gateway()
     await open_demo(page, gw.url)

@@ -9,17 +9,12 @@ with RED (``red_distance``) off.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
-from gateway.config import GatewayConfig
 from tests.browser.conftest import connect, new_page, open_demo, speak, wait_packets
 
 pytestmark = pytest.mark.browser
 
-_FIELDS = {f.name for f in dataclasses.fields(GatewayConfig)}
-HAS_DROP = {"test_drop_first_tx_percent", "answer_nack"} <= _FIELDS
 
 DROP_PERCENT = 5.0
 SEED = 7
@@ -37,13 +32,10 @@ def nack_counters(state: dict) -> dict:
 
 async def measure(start_gateway, page, answer_nack: bool) -> dict:
     """Connect, play speech, and count over ``PACKETS`` packets after a ``WARMUP``."""
-    overrides = {"test_drop_first_tx_percent": DROP_PERCENT, "answer_nack": answer_nack}
-    if "test_drop_seed" in _FIELDS:
-        overrides["test_drop_seed"] = SEED
-    if "red_distance" in _FIELDS:
-        # RFC 2198 redundancy (on by default, adaptive to reported loss) would recover the
-        # drops by itself: off in both runs, so the difference is NACK's alone
-        overrides["red_distance"] = 0
+    # RFC 2198 redundancy (on by default, adaptive to reported loss) would recover the drops by
+    # itself: off in both runs, so the difference is NACK's alone
+    overrides = {"test_drop_first_tx_percent": DROP_PERCENT, "answer_nack": answer_nack,
+                 "test_drop_seed": SEED, "red_distance": 0}
     return await measure_with(start_gateway, page, overrides)
 
 
@@ -88,7 +80,6 @@ async def measure_with(start_gateway, page, overrides: dict) -> dict:
     }
 
 
-@pytest.mark.xfail(not HAS_DROP, reason="waiting for gateway drop option", strict=False)
 async def test_nack_recovers_loss_that_is_concealed_without_it(start_gateway, browser, page):
     with_nack = await measure(start_gateway, page, answer_nack=True)
     without = await measure(start_gateway, await new_page(browser), answer_nack=False)

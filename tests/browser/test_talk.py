@@ -17,6 +17,7 @@ import pytest
 
 from gateway.testing.spoken_audio import RATE, concat, have_espeak, silence, speak
 from tests.browser.conftest import WAIT_MS, new_page, open_demo
+from tests.installed import missing, need_module
 
 pytestmark = pytest.mark.browser
 
@@ -40,7 +41,7 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int = RATE) -> Path:
 @pytest.fixture
 def question_wav(tmp_path: Path) -> Path:
     if not have_espeak():
-        pytest.skip("espeak-ng (Debian: apt-get install -y espeak-ng) speaks the question")
+        missing("espeak-ng", "speaks the question (Debian: apt-get install -y espeak-ng)")
     # silence first (the connection comes up while it plays), then the question, then 4 s
     # of quiet: time for the reply before the loop asks again
     return write_wav(tmp_path / "question.wav",
@@ -69,7 +70,7 @@ async def read_sse(gw, session_id: str, into: list[tuple[str, dict]]) -> None:
 
 
 async def test_talk_question_heard_answered_and_timed(start_gateway, mic_page):
-    pytest.importorskip("faster_whisper", reason="the [listen] extra (faster-whisper) listens")
+    need_module("faster_whisper", "the [listen] extra (faster-whisper listens)")
     gw = await start_gateway(duplex=True, agent="echo", reply_voice="tone")
     page = mic_page
     await open_demo(page, gw.url)

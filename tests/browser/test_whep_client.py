@@ -1,5 +1,6 @@
 """A real third-party WHEP client in Chromium, from another origin: medooze's ``whip-whep``
-(fetched from the npm registry by ``npm pack``, served as the package ships it: an ES module)
+(fetched from the npm registry by ``npm pack``: Debian's npm, which .ci/install-debian.sh
+installs; served as the package ships it: an ES module)
 on a tiny player page served by a second aiohttp server (another port of 127.0.0.1, so another
 origin: every request is CORS). Its ``WHEPClient`` ``view()``s the gateway's ``POST
 /v1/sessions``, trickles its candidates by PATCH, hears the audio, restarts ICE (``restart()``:
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from tests.installed import missing
+
 pytestmark = pytest.mark.browser
 
 PACKAGE = "whip-whep@1.2.0"  # pinned: the version this was checked against
@@ -30,19 +33,24 @@ def whip_whep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package's files (``npm pack``: no install scripts run), once per test session."""
     npm = shutil.which("npm")
     if npm is None:
-        pytest.skip(f"npm is not installed: the WHEP client ({PACKAGE}) comes from npm")
+        missing("npm", f"the WHEP client ({PACKAGE}) comes from the npm registry")
     dest = tmp_path_factory.mktemp("whip-whep")
     try:
         done = subprocess.run([npm, "pack", PACKAGE, "--pack-destination", str(dest)],
                               cwd=dest, capture_output=True, text=True, timeout=180)
     except subprocess.TimeoutExpired:
-        pytest.skip(f"npm pack {PACKAGE} timed out (is the npm registry reachable?)")
+        missing("the npm registry", f"npm pack {PACKAGE} timed out")
     tarballs = list(dest.glob("whip-whep-*.tgz"))
     if done.returncode != 0 or not tarballs:
-        pytest.skip(f"npm pack {PACKAGE} failed (is the npm registry reachable?): "
-                    f"{done.stderr.strip()[-400:]}")
+        missing("the npm registry", f"npm pack {PACKAGE} failed: {done.stderr.strip()[-400:]}")
     with tarfile.open(tarballs[0]) as tar:
-        tar.extractall(dest, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # Python < 3.11.4 (Debian 12's is 3.11.2) has no filter: the same refusal by hand
+            for member in tar.getmembers():
+                inside = (dest / member.name).resolve().is_relative_to(dest.resolve())
+                assert inside and (member.isfile() or member.isdir()), member.name
+            tar.extractall(dest)  # every member checked above
     package = dest / "package"
     assert (package / "whep.js").is_file(), sorted(p.name for p in package.iterdir())
     return package

@@ -6,7 +6,7 @@ import struct
 
 from hypothesis import strategies as st
 
-from gateway.rtp.rtcp_nack import build_nack_packet
+from gateway.nack.rtcp import build_nack_packet
 
 MEDIA_SSRC = 0x1234  # the stream the fuzzed Retransmitter sends (tests/fuzz/test_fuzz_rtcp.py)
 

@@ -13,7 +13,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from gateway.stream.openai_speech import MAX_SPEED, MIN_SPEED, OPENAI_VOICES, RESPONSE_FORMATS
+from gateway.http.openai_speech import MAX_SPEED, MIN_SPEED, OPENAI_VOICES, RESPONSE_FORMATS
 
 ROOT = Path(__file__).resolve().parents[2]
 SDP_DIR = ROOT / "sdp"

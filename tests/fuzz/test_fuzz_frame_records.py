@@ -9,7 +9,7 @@ import struct
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.stream.frame_records import (
+from gateway.http.frame_records import (
     MAX_ERROR_BYTES,
     EndRecord,
     ErrorRecord,

@@ -7,7 +7,7 @@ import math
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.stream.openai_speech import (
+from gateway.http.openai_speech import (
     MAX_SPEED,
     MIN_SPEED,
     RESPONSE_FORMATS,

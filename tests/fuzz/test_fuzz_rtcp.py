@@ -18,12 +18,8 @@ from aiortc.rtp import HeaderExtensionsMap
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from gateway.media.frame_store import FrameStore
-from gateway.media.retransmission import SRTP_REPLAY_WINDOW, Retransmitter
-from gateway.media.rtp_header import RtpHeaderTemplate
-from gateway.media.rtp_sink import RtpSink
-from gateway.rtp.nack_responder import NackDecision, NackResponder
-from gateway.rtp.rtcp_nack import (
+from gateway.nack.responder import NackDecision, NackResponder
+from gateway.nack.rtcp import (
     MalformedRtcp,
     NackPacket,
     build_nack_fci,
@@ -34,7 +30,11 @@ from gateway.rtp.rtcp_nack import (
     parse_nack_packet,
     wrap_order,
 )
+from gateway.nack.store import FrameStore
+from gateway.rtp.header import RtpHeaderTemplate
 from gateway.rtp.rtcp_report import PT_RR, PT_SR, is_report, parse_report_blocks
+from gateway.webrtc.retransmission import SRTP_REPLAY_WINDOW, Retransmitter
+from gateway.webrtc.rtp_sink import RtpSink
 from tests.fuzz.profiles import FUZZ_MARKS, fuzz_settings
 from tests.fuzz.rtcp_strategies import (
     MEDIA_SSRC,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
-from gateway.session.sdp_policy import (
+from gateway.webrtc.sdp_policy import (
     RECEIVING_DIRECTIONS,
     OfferSummary,
     SdpRejected,

@@ -12,16 +12,16 @@ import asyncio
 import numpy as np
 
 from gateway.agent.echo import EchoAgent
+from gateway.conversation.barge_in import PauseGate, words_heard
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex, Turn
+from gateway.conversation.heard import heard_words
 from gateway.listen.asr import Transcript
 from gateway.listen.listener import Listener
 from gateway.listen.turns import TurnOptions
 from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
-from gateway.session.barge_in import PauseGate, words_heard
-from gateway.session.conversation import Conversation
-from gateway.session.duplex import Duplex, Turn
-from gateway.session.heard import heard_words
 from gateway.speech.utterance import UtteranceState
 from gateway.tts.tone import ToneSynthesizer
 

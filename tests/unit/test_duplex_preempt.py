@@ -10,14 +10,14 @@ import asyncio
 import numpy as np
 
 from gateway.agent.echo import EchoAgent
+from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import Duplex
 from gateway.listen.asr import Transcript
 from gateway.listen.listener import FinalTranscript, Listener, TentativeTranscript
 from gateway.listen.turns import SpeechStarted, SpeechStopped
 from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
-from gateway.session.conversation import Conversation
-from gateway.session.duplex import Duplex
 from gateway.tts.tone import ToneSynthesizer
 
 

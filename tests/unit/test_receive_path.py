@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
+from gateway.nack.rtcp import parse_nack_packet
 from gateway.receive.frame_decoder import FrameDecoder, FrameKind, has_lbrr
 from gateway.receive.jitter_buffer import PopKind, PopResult
 from gateway.receive.receive_path import ReceivePath, ReceivePathConfig
 from gateway.receive.receive_stats import DelayTracker, TransitTracker
-from gateway.rtp.rtcp_nack import parse_nack_packet
 from gateway.rtp.seqnum import seq_add
 
 FRAME = 0.020

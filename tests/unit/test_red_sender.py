@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.media.red_sender import MAX_DISTANCE, RedSender
-from gateway.media.retransmission import longest_run
 from gateway.rtp import red
+from gateway.webrtc.red_sender import MAX_DISTANCE, RedSender
+from gateway.webrtc.retransmission import longest_run
 
 
 def frames(sender: RedSender, n: int, now: float, start: int = 0) -> list[list[int]]:

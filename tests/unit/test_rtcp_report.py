@@ -2,7 +2,7 @@ import struct
 
 import pytest
 
-from gateway.rtp.rtcp_nack import MalformedRtcp
+from gateway.nack.rtcp import MalformedRtcp
 from gateway.rtp.rtcp_report import parse_report_blocks
 
 

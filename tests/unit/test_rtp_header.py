@@ -5,7 +5,7 @@ from aiortc import clock
 from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
 from aiortc.rtp import HeaderExtensionsMap, RtpPacket
 
-from gateway.media.rtp_header import (
+from gateway.rtp.header import (
     RtpHeaderTemplate,
     abs_send_time,
     ntp_now,

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.stream.frame_records import (
+from gateway.http.frame_records import (
     MAX_ERROR_BYTES,
     MEDIA_TYPE,
     EndRecord,
@@ -57,7 +57,7 @@ def test_media_type_and_header_layout():
 
 
 def test_the_header_carries_the_ogg_streams_pre_skip():
-    from gateway.stream.ogg_opus import PRE_SKIP, opus_head
+    from gateway.http.ogg_opus import PRE_SKIP, opus_head
 
     (header,) = FrameRecordParser().feed(encode_header())
     assert header.pre_skip == PRE_SKIP == 312

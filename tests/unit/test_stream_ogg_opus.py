@@ -7,8 +7,7 @@ import av
 import numpy as np
 import pytest
 
-from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.stream.ogg_opus import (
+from gateway.http.ogg_opus import (
     PRE_SKIP,
     OggOpusWriter,
     ogg_crc,
@@ -16,6 +15,7 @@ from gateway.stream.ogg_opus import (
     opus_tags,
     packet_samples,
 )
+from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
 from tests.helpers import dominant_frequency
 
 PAGE = struct.Struct("<4sBBqIIIB")

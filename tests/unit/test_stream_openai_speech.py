@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from gateway.stream.openai_speech import (
+from gateway.http.openai_speech import (
     FILE_EXTENSIONS,
     MEDIA_TYPES,
     OPENAI_VOICES,

@@ -4,8 +4,8 @@ import av
 import numpy as np
 import pytest
 
-from gateway.stream import transcode
-from gateway.stream.transcode import (
+from gateway.http import transcode
+from gateway.http.transcode import (
     FORMATS,
     PcmPassthrough,
     TimeStretch,
@@ -16,7 +16,7 @@ from gateway.stream.transcode import (
     supported_formats,
     time_stretch,
 )
-from gateway.stream.wav import wav_header
+from gateway.http.wav import wav_header
 from tests.helpers import dominant_frequency
 
 PCM = (np.sin(2 * np.pi * 440 * np.arange(24000) / 24000) * 12000).astype("<i2").tobytes()

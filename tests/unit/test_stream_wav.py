@@ -5,7 +5,7 @@ import wave
 import av
 import numpy as np
 
-from gateway.stream.wav import HEADER_BYTES, MEDIA_TYPE, wav_header
+from gateway.http.wav import HEADER_BYTES, MEDIA_TYPE, wav_header
 
 PCM = (np.sin(2 * np.pi * 440 * np.arange(24000) / 24000) * 12000).astype("<i2")
 

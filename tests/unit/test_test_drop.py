@@ -1,9 +1,9 @@
 """The test-only loss of first transmissions: independent or in Gilbert-Elliott bursts."""
 
 from gateway.media.frame_queue import FrameQueue
-from gateway.media.frame_store import FrameStore
-from gateway.media.pacer import PacingClock
-from gateway.media.rtp_sink import RtpSink
+from gateway.nack.store import FrameStore
+from gateway.webrtc.pacer import PacingClock
+from gateway.webrtc.rtp_sink import RtpSink
 
 
 def runs(burst: float, percent: float = 10.0, n: int = 20_000) -> tuple[float, float]:

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from gateway.media.pacer import PacingClock
 from gateway.media.ticker import Ticker, shared_ticker
+from gateway.webrtc.pacer import PacingClock
 
 
 async def test_many_waiters_on_one_tick_share_one_timer_callback():

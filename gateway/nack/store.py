@@ -1,0 +1,126 @@
+"""The per-stream store of sent RTP packets, keyed by 16-bit RTP sequence number.
+
+It holds the last ``capacity`` packets (250 = 5 s of 20 ms frames) for retransmission. Slots are
+a fixed ring of 256 (a power of two, so ``seq & 255`` stays continuous across the 65535 -> 0
+wrap); an entry counts only while it is among the newest ``capacity`` sequence numbers, so the
+window is exact, O(1) per packet and bounded whatever the stream length.
+
+Recording allocates nothing: the ring is a set of preallocated arrays. Both send paths record
+the Opus payload (shared with the phrase cache, or the one keep-alive silence packet) and the
+abs-send-time it carried (the aiortc path through ``track.SenderHistory``, the mapping aiortc's
+sender writes its history to); the packet is rebuilt from the stream's header template
+(``RtpHeaderTemplate``) only when a NACK asks for it, byte-identical to what was sent.
+``lookup`` builds a ``StoredPacket`` view on demand.
+The frame a packet carried is kept as its owner and index (``EncodedFrame`` rebuilt on lookup).
+Per packet objects would be ~250 GC-tracked objects and ~50 KB per stream, and full collections
+walking them stalled every stream at hundreds of streams (bench/load.py).
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.media.frames import EncodedFrame, FrameOwner
+from gateway.rtp.header import RtpHeaderTemplate
+
+RING = 256
+DEFAULT_CAPACITY = 250
+
+
+@dataclass(slots=True)
+class StoredPacket:
+    seq: int
+    timestamp: int
+    packet: bytes  # the serialized RTP packet, resent unchanged
+    payload: bytes  # the RTP payload it carries (an Opus packet, or RED wrapping Opus packets)
+    frame: EncodedFrame | None
+    sent_at: float
+    red: bool = False  # sent as RFC 2198 RED (``payload`` is the RED payload)
+
+
+class FrameStore:
+    __slots__ = ("_abs_send_times", "_clock", "_indexes", "_newest", "_owners", "_packets",
+                 "_red", "_sent_at", "_seqs", "_timestamps", "capacity", "header", "recorded",
+                 "red_header")
+
+    def __init__(
+        self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        if not 0 < capacity <= RING:
+            raise ValueError(f"capacity must be 1..{RING}")
+        self.capacity = capacity
+        self._clock = clock
+        # 4-byte slots: seq 16 bits (-1: empty), timestamp 32, abs-send-time 24, index 32
+        self._seqs = array("i", [-1]) * RING
+        self._timestamps = array("I", [0]) * RING
+        self._abs_send_times = array("I", [0]) * RING
+        self._sent_at = array("d", [0.0]) * RING
+        self._packets: list[bytes] = [b""] * RING  # the Opus payloads
+        self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
+        self._indexes = array("I", [0]) * RING
+        self._red = bytearray(RING)  # 1: the packet went out as RED (under ``red_header``)
+        self.header: RtpHeaderTemplate | None = None  # set by the send path when it starts
+        self.red_header: RtpHeaderTemplate | None = None  # the RED payload type's, if any
+        self._newest: int | None = None
+        self.recorded = 0
+
+    def record_sent(
+        self,
+        seq: int,
+        timestamp: int,
+        payload: bytes,
+        owner: FrameOwner | None,
+        index: int = 0,
+        abs_send_time: int = 0,
+        at: float | None = None,
+        red: bool = False,
+    ) -> None:
+        """Keep the packet sent as ``seq`` (its payload and the abs-send-time it carried; the
+        header comes from ``header``) for frame ``index`` of ``owner`` (None: keep-alive
+        silence) and tell the owner; ``at``: the caller's clock reading, if it has one."""
+        i = seq & (RING - 1)
+        if at is None:
+            at = self._clock()
+        self._seqs[i] = seq
+        self._timestamps[i] = timestamp
+        self._abs_send_times[i] = abs_send_time
+        self._sent_at[i] = at
+        self._packets[i] = payload
+        self._red[i] = red
+        self._owners[i] = owner
+        self._newest = seq
+        self.recorded += 1
+        if owner is not None:
+            self._indexes[i] = index
+            owner.on_frame_sent(index, seq, timestamp, at)
+
+    def lookup(self, seq: int) -> StoredPacket | None:
+        """The stored packet for ``seq`` if it is within the window, else None."""
+        if self._newest is None:
+            return None
+        age = (self._newest - seq) & 0xFFFF
+        if age >= self.capacity:
+            return None
+        i = seq & (RING - 1)
+        if self._seqs[i] != seq:
+            return None
+        red = bool(self._red[i])
+        header = self.red_header if red else self.header
+        if header is None:
+            return None
+        timestamp = self._timestamps[i]
+        payload = self._packets[i]
+        packet = header.build(seq, timestamp, self._abs_send_times[i].to_bytes(3, "big"), payload)
+        owner = self._owners[i]
+        frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
+        return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i], red)
+
+    @property
+    def newest_seq(self) -> int | None:
+        return self._newest
+
+    def __len__(self) -> int:
+        return min(self.recorded, self.capacity)

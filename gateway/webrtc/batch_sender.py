@@ -1,0 +1,316 @@
+"""The batch send path: RTP built and sent straight from the shared tick, no task per stream.
+
+With aiortc's own send loop every packet costs a task wake-up and a chain of coroutines
+(track.recv -> pack -> serialize -> SRTP -> ICE -> socket), ≈60-80 µs per packet measured under
+load (bench/load.py). Here each stream is a tick callback: when its slot is due it pops its next
+frame (or the keep-alive silence), builds the RTP packet from the stream's header template
+(``RtpHeaderTemplate``: aiortc's exact bytes, three fields patched), records it in the frame store
+(so NACKs are answered exactly as on the aiortc path), protects it and hands it to the socket
+(``aiortc_compat.direct_rtp_sender``: pair, socket and SRTP session looked up once), all
+synchronously. aiortc's own sender stays parked on a track that never yields (its RTCP task keeps
+sending sender reports, whose counters we keep up to date).
+
+It is one of the two transmitters of an ``RtpSink`` (media/rtp_sink.py), the other being
+``PassthroughOpusTrack``: same queue, schedule, store, silence, stats and test-only drop (they are
+the sink's), 960-tick timestamps, marker bit set, mid and abs-send-time extensions.
+
+An exception while sending one tick's packets (an owner's callback, say) is logged and counted
+(``stats.send_errors``) and the stream's next tick is scheduled all the same: one bad packet must
+not end a stream silently. Without a direct socket (a TURN relay) packets take aiortc's async
+path, at most ``MAX_PENDING_ASYNC`` at a time; more are dropped and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+
+from aiortc import RTCRtpSender
+from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+
+from gateway import aiortc_compat
+from gateway.media.frames import FrameOwner
+from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
+from gateway.media.ticker import Ticker
+from gateway.net import udp_mux
+from gateway.rtp.header import RtpHeaderTemplate, abs_send_time, ntp_now
+from gateway.webrtc.rtp_sink import RtpSink, take_slot
+
+log = logging.getLogger(__name__)
+MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
+MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before dropping
+RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
+DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
+DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus's own)
+EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
+
+
+class ParkedTrack(MediaStreamTrack):
+    """What aiortc's sender loop waits on while the batch path sends: nothing, until stopped."""
+
+    kind = "audio"
+
+    def __init__(self, on_sender_started: Callable[[], None]) -> None:
+        super().__init__()
+        self._stopped: asyncio.Future[None] | None = None
+        self._on_sender_started: Callable[[], None] | None = on_sender_started
+
+    async def recv(self) -> None:  # type: ignore[override]
+        if self.readyState != "live":
+            raise MediaStreamError
+        # aiortc calls recv() from the send loop it starts once the sender is configured
+        # (mid, header extensions): the moment the batch path can take over.
+        started, self._on_sender_started = self._on_sender_started, None
+        if started is not None:
+            started()
+        self._stopped = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._stopped
+        raise MediaStreamError
+
+    def stop(self) -> None:
+        super().stop()
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
+
+
+class BatchStream:
+    """One session's paced stream on the batch path: the tick-driven transmitter of a sink."""
+
+    # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
+    # stream's objects; the sink's parts are referenced from here, one less hop per access.
+    __slots__ = (
+        "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error", "_last_slot_empty",
+        "_marker_header",
+        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
+        "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
+        "store", "ticker",
+    )
+
+    def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:
+        """``dtx``: between utterances send Opus DTX (after DTX_HANGOVER silent frames, a
+        1-byte packet -- the silence frame's TOC, no frame -- every ``DTX_EVERY`` slots)
+        instead of a silent frame every slot, the
+        marker bit set on the first packet of each talkspurt (RFC 3551 §4.1; without DTX every
+        packet carries it, as aiortc's own packetizer sets it). ``early_first_frame``: a frame
+        reaching an idle DTX stream's empty queue is sent on the next tick of the grid, not in the
+        stream's next 20 ms slot: the last (empty) slot is taken back, the schedule restarts
+        there and the RTP clock moves with it (without DTX it changes nothing: see
+        ``_on_wake``)."""
+        if sink.ticker is None:
+            raise ValueError("the batch path runs on a sink's ticker")
+        self.sink = sink
+        self.queue = sink.queue
+        self.store = sink.store
+        self.ticker: Ticker = sink.ticker
+        self.pacer = sink.pacer
+        self.stats = sink.stats
+        self.silence = sink.silence
+        self._running = False
+        self._sender: RTCRtpSender | None = None
+        self._seq = aiortc_compat.first_sequence_number()
+        self._ts_origin = random.randint(0, 0xFFFFFFFF)
+        self._pending_sends: set[asyncio.Task[None]] = set()
+        self._last_error: str | None = None
+        self.dtx = dtx
+        self.early_first_frame = early_first_frame
+        self.early_sends = 0  # first frames sent before their slot (early_first_frame)
+        self._idle_slots = 0  # slots since the last queued frame was sent (0: speaking)
+        self._last_slot_empty = False  # DTX: the last slot released sent no packet
+        self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
+        self._marker_header: RtpHeaderTemplate | None = None
+
+    def start(self, sender: RTCRtpSender, payload_type: int) -> None:
+        """Begin sending (call once the peer connection is connected and the sender started)."""
+        if self._running:
+            return
+        self._sender = sender
+        mid, extensions = aiortc_compat.sender_rtp_context(sender)
+        marker = 0 if self.dtx else 1
+        self._header = RtpHeaderTemplate.from_aiortc(
+            payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=marker
+        )
+        if self.dtx:  # the first packet of a talkspurt
+            self._marker_header = RtpHeaderTemplate.from_aiortc(
+                payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=1
+            )
+        self.store.header = self._header  # NACKed packets are rebuilt from it
+        self._red_header = None
+        if self.sink.red is not None:
+            self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
+                self.sink.red.red_pt, aiortc_compat.sender_ssrc(sender), extensions, mid
+            )
+        self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
+        self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
+        self._running = True
+        if self.early_first_frame:
+            self.queue.on_wake = self._on_wake
+        self._schedule()
+
+    def stop(self) -> None:
+        self._running = False
+        self.queue.on_wake = None
+        for task in self._pending_sends:
+            task.cancel()
+
+    @property
+    def last_error(self) -> str | None:
+        return self._last_error
+
+    async def _send_async(self, data: bytes) -> None:
+        assert self._sender is not None
+        with contextlib.suppress(ConnectionError):
+            await aiortc_compat.send_unprotected(self._sender.transport, data)
+
+    def _schedule(self) -> None:
+        self.ticker.call_at(self.pacer.deadline(), self._on_tick)
+
+    def _on_tick(self) -> None:
+        if not self._running:
+            return
+        try:
+            pacer = self.pacer
+            now = pacer.now()  # one clock reading and one send time for all of this tick's work
+            ntp = ntp_now()
+            ast = abs_send_time(ntp)
+            ast_bytes = ast.to_bytes(3, "big")
+            sent = 0
+            while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
+                sent += 1  # before sending: a packet that raises still used its slot
+                if self.dtx and not len(self.queue):
+                    self._idle_slot(now, ntp, ast, ast_bytes)
+                else:
+                    self._send_one(now, ntp, ast, ast_bytes)
+        except Exception as exc:
+            self.stats.send_errors += 1
+            if self._last_error is None:  # logged once per stream; counted every time
+                log.exception("send tick failed (the stream carries on)")
+            self._last_error = repr(exc)
+        finally:
+            if self._running:
+                self._schedule()
+
+    def _on_wake(self) -> None:
+        """A frame reached the empty queue: on an idle DTX stream, send it now rather than in
+        the next slot (``early_first_frame``). The stream's own tick chain is left as it is:
+        when it fires, its slot is not due yet, and it re-arms for the next."""
+        if not self._running:
+            return
+        if not self._idle_slots or not self._last_slot_empty:
+            # speaking, or the last slot carried a packet (silence, DTX): the frame keeps its
+            # place in the stream
+            return
+        pacer = self.pacer
+        now = pacer.now()
+        wait = pacer.time_to_next(now)
+        if 0 <= wait < EARLY_MIN_WAIT_S:
+            return  # its slot is about due anyway
+        if not self.dtx:
+            # Sent ahead of its slot with the slot's timestamp, the frame would only wait in the
+            # receiver's jitter buffer (playout follows the continuous stream's timestamps), and
+            # look early: measured, nothing gained (README, latency).
+            return
+        # (An overdue slot -- a late tick -- is restarted the same way: it carried nothing.)
+        # The last idle slot sent nothing: restart the schedule there, now, and move the RTP
+        # clock with it so timestamps keep following real time (a talkspurt after DTX may
+        # jump; one that fell behind real time would look late, and grow the receiver's
+        # jitter buffer by the shift at every talkspurt).
+        shift = pacer.reopen_last(now)
+        self._ts_origin = (self._ts_origin + round(shift * RTP_CLOCK_HZ)) & 0xFFFFFFFF
+        # Sent right here, from the producer's hand-over (at most a grid tick, 2.5 ms, ahead of
+        # the restarted slot): a timer, even the next tick's, costs a loop wake-up and, on a
+        # busy machine, several ms more.
+        self._send_early()
+
+    def _send_early(self) -> None:
+        if not self._running or not len(self.queue):
+            return
+        try:
+            now = self.pacer.now()
+            ntp = ntp_now()
+            ast = abs_send_time(ntp)
+            self.early_sends += 1
+            self._send_one(now, ntp, ast, ast.to_bytes(3, "big"))
+        except Exception as exc:
+            self.stats.send_errors += 1
+            self._last_error = repr(exc)
+            log.exception("early send failed (the stream carries on)")
+
+    def _idle_slot(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
+        """DTX: DTX_HANGOVER silent frames after speech (as libopus's own DTX waits 200 ms:
+        the receiver's decoder state goes quiet, else its concealment of a DTX packet goes on
+        sounding like the last speech), then a 1-byte DTX packet every DTX_EVERY slots and
+        nothing in between."""
+        idle = self._idle_slots
+        self._idle_slots = idle + 1
+        slot = self.pacer.release(now)
+        if idle < DTX_HANGOVER:
+            payload = self.silence
+        elif (idle - DTX_HANGOVER) % DTX_EVERY:
+            self._last_slot_empty = True
+            return
+        else:
+            payload = self._dtx_payload
+        stats = self.stats
+        if not stats.frames_sent:
+            stats.first_sent_at = now
+        stats.frames_sent += 1
+        stats.silence_frames += 1
+        stats.bytes_sent += len(payload)
+        self._emit(payload, None, 0, slot, now, ntp, ast, ast_bytes, self._header)
+
+    def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
+        payload, owner, index, slot = take_slot(
+            self.queue, self.pacer, self.stats, self.silence, now
+        )
+        header = self._header
+        if owner is None:  # keep-alive silence (no DTX)
+            self._idle_slots += 1
+        elif self._idle_slots:  # a talkspurt starts
+            self._idle_slots = 0
+            header = self._marker_header or header  # (DTX only: otherwise every packet has M)
+        self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
+
+    def _emit(
+        self, payload: bytes, owner: FrameOwner | None, index: int, slot: int, now: float,
+        ntp: int, ast: int, ast_bytes: bytes, header: RtpHeaderTemplate,
+    ) -> None:
+        self._last_slot_empty = False
+        timestamp = (self._ts_origin + slot * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+        seq = self._seq
+        self._seq = (seq + 1) & 0xFFFF
+        red = self.sink.red
+        is_red = False
+        if red is not None:
+            payload, is_red = red.wrap(payload, timestamp, now)
+        if is_red:
+            header = self._red_header or header
+        data = header.build(seq, timestamp, ast_bytes, payload)
+        sender = self._sender
+        assert sender is not None
+        aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
+        drop = self.sink.drop_first_tx
+        if drop is None or not drop(data):
+            self._transmit(data, sender)
+        # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
+        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now, is_red)
+
+    def _transmit(self, data: bytes, sender: RTCRtpSender) -> None:
+        direct = self._direct
+        try:
+            if direct is not None and direct(data):
+                return
+        except ConnectionError:
+            return
+        if sender.transport.state != "connected":
+            return
+        if len(self._pending_sends) >= MAX_PENDING_ASYNC:
+            self.stats.async_dropped += 1
+            return
+        self.stats.async_sends += 1
+        task = asyncio.get_running_loop().create_task(self._send_async(data))
+        self._pending_sends.add(task)
+        task.add_done_callback(self._pending_sends.discard)

@@ -1,0 +1,141 @@
+from types import SimpleNamespace
+
+import pytest
+
+from gateway.media.frames import EncodedFrame
+from gateway.media.opus_codec import silence_packet
+from gateway.nack.store import FrameStore
+from gateway.webrtc.rtp_sink import RtpSink
+from gateway.webrtc.track import SenderHistory
+
+
+class Owner:
+    cancelled = False
+
+    def __init__(self):
+        self.sent = []
+
+    def on_frame_sent(self, index, seq, timestamp, at):
+        self.sent.append((index, seq, timestamp))
+
+
+def fill(store: FrameStore, start: int, count: int) -> None:
+    for i in range(count):
+        seq = (start + i) & 0xFFFF
+        store.record_sent(seq, i * 960, bytes([i & 0xFF]), None)
+
+
+def test_keeps_exactly_the_newest_250():
+    store = batch_store()
+    fill(store, 100, 1000)
+    newest = (100 + 999) & 0xFFFF
+    assert store.lookup(newest).seq == newest
+    assert store.lookup(newest - 249) is not None
+    assert store.lookup(newest - 250) is None  # older than 5 s
+    assert store.lookup(newest + 1) is None  # never sent
+    assert len(store) == 250
+
+
+def test_wraps_across_65535():
+    store = batch_store()
+    fill(store, 65500, 100)  # 65500..65535, 0..63
+    assert store.lookup(65535).seq == 65535
+    assert store.lookup(0).seq == 0 and store.lookup(63).seq == 63
+    assert store.lookup(65500).seq == 65500
+    assert store.lookup(64) is None
+
+
+def aiortc_packet(seq, ts, payload=b"\x68", ast=5):
+    return SimpleNamespace(sequence_number=seq, timestamp=ts, payload=payload,
+                           extensions=SimpleNamespace(abs_send_time=ast))
+
+
+def test_aiortc_history_attributes_the_packet_to_the_frame_the_track_handed_over():
+    store = batch_store()
+    history = SenderHistory(RtpSink(store=store, queue=None, silence=b"", ticker=None,
+                                    pacer=object()))
+    owner = Owner()
+    history.next_frame = EncodedFrame(b"x", owner, index=7)
+    history[5 % 128] = aiortc_packet(5, 4800, b"x")
+    history[6] = aiortc_packet(6, 5760)  # silence: no frame handed over
+    assert owner.sent == [(7, 5, 4800)]
+    assert store.lookup(5).frame.index == 7 and store.lookup(6).frame is None
+    assert store.lookup(5).payload == b"x"
+    assert history.get(5) is None  # aiortc never resends: our Retransmitter answers NACKs
+
+
+def test_aiortc_history_survives_a_failing_owner():
+    class Failing(Owner):
+        def on_frame_sent(self, index, seq, timestamp, at):
+            raise RuntimeError("boom")
+
+    store = batch_store()
+    sink = RtpSink(store=store, queue=None, silence=silence_packet(), ticker=None, pacer=object())
+    history = SenderHistory(sink)
+    history.next_frame = EncodedFrame(b"x", Failing(), index=0)
+    history[1] = aiortc_packet(1, 960)  # must not raise into aiortc's send loop
+    history[2] = aiortc_packet(2, 1920)
+    assert sink.stats.send_errors == 1 and store.lookup(2) is not None
+
+
+def test_lookup_needs_the_header_template():
+    store = FrameStore()
+    store.record_sent(1, 960, b"x", None)
+    assert store.lookup(1) is None  # no send path has started: nothing to rebuild from
+
+
+def test_capacity_bounds():
+    with pytest.raises(ValueError):
+        FrameStore(0)
+    with pytest.raises(ValueError):
+        FrameStore(257)
+
+
+def batch_store():
+    from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
+    from aiortc.rtp import HeaderExtensionsMap
+
+    from gateway.rtp.header import RtpHeaderTemplate
+
+    m = HeaderExtensionsMap()
+    m.configure(RTCRtpParameters(headerExtensions=[
+        RTCRtpHeaderExtensionParameters(id=1, uri="urn:ietf:params:rtp-hdrext:sdes:mid"),
+        RTCRtpHeaderExtensionParameters(
+            id=3, uri="http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"),
+    ]))
+    store = FrameStore(250)
+    store.header = RtpHeaderTemplate.from_aiortc(111, 0x1234, m, "0")
+    return store
+
+
+def test_batch_path_packets_are_rebuilt_byte_identical():
+    store = batch_store()
+    assert store.header is not None
+    sent = {}
+    for i in range(300):
+        seq, ts, ast = (65400 + i) & 0xFFFF, i * 960, (i * 7919) & 0xFFFFFF
+        payload = bytes([i & 0xFF]) * (1 + i % 90)
+        sent[seq] = store.header.build(seq, ts, ast.to_bytes(3, "big"), payload)
+        store.record_sent(seq, ts, payload, None, abs_send_time=ast)
+    newest = (65400 + 299) & 0xFFFF
+    for seq in ((newest - k) & 0xFFFF for k in range(250)):
+        entry = store.lookup(seq)
+        assert entry.packet == sent[seq]
+        assert entry.payload == sent[seq][-len(entry.payload):]
+    assert store.lookup((newest - 250) & 0xFFFF) is None
+
+
+def test_recording_allocates_no_tracked_objects():
+    import gc
+
+    store = batch_store()
+    silence = b"\xf8\xff\xfe"
+    store.record_sent(0, 0, silence, None)
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for seq in range(1, 1000):
+            store.record_sent(seq, seq * 960, silence, None, abs_send_time=seq)
+        assert len(gc.get_objects()) - before <= 2  # no object per packet
+    finally:
+        gc.enable()
