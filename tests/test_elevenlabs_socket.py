@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from gateway.elevenlabs.routes import ELEVENLABS
+from gateway.elevenlabs.socket import SocketLimits
 from gateway.testing.cosyvoice_server import CosyVoiceStandIn, StandInConfig
 from gateway.tts.registry import VoiceRegistry, build_cosyvoice
 
@@ -321,3 +322,24 @@ async def test_close_socket_finishes_every_context_then_closes(gateway):
             break
         await asyncio.sleep(0.01)
     assert not stats.sockets and not stats.contexts and stats.aborted == 0
+
+
+async def test_messages_over_the_rate_are_refused_and_the_socket_goes_on(gateway):
+    limit = SocketLimits().messages_per_s
+    async with gateway.http.ws_connect(ws_url(gateway)) as ws:
+        for _ in range(int(4 * limit)):  # far past the burst, at once
+            await ws.send_json({"text": ""})  # keep-alives: nothing to say back
+        replies = await messages_until(ws, lambda m: bool(m))
+        assert replies[0]["error"] == "rate_limited", replies
+        await asyncio.sleep(2.5)  # the bucket refills: a burst of 2x the rate takes 2 s
+        while True:  # the rest of the refusals, already on their way
+            try:
+                async with asyncio.timeout(0.5):
+                    msg = await ws.receive()
+            except TimeoutError:
+                break
+            assert json.loads(msg.data)["error"] == "rate_limited"
+        await ws.send_json({"text": "Still here.", "context_id": "c0", "flush": True})
+        await ws.send_json({"context_id": "c0", "close_context": True})
+        msgs = await messages_until(ws, finals)
+        assert finals(msgs) == ["c0"] and audio_of(msgs).size > 0

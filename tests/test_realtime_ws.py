@@ -471,3 +471,18 @@ async def test_piper_answers_a_spoken_question_in_words_whisper_understands(star
     finally:
         rt._task.cancel()
         await conn.close()
+
+
+async def test_client_events_over_the_rate_are_refused_and_the_session_goes_on(realtime):
+    from gateway.realtime.websocket import MESSAGES_PER_S
+
+    rt = await realtime()
+    for _ in range(int(3 * MESSAGES_PER_S)):  # past the burst (twice the rate), at once
+        await rt.conn.send_raw('{"type": "input_audio_buffer.clear"}')
+    await rt.until(lambda: any(e.error.code == "rate_limited" for e in rt.of("error")))
+    await asyncio.sleep(2.5)  # the bucket refills
+    await rt.conn.conversation.item.create(item={
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "ok"}]})
+    await rt.conn.response.create()
+    done = await rt.first("response.done")
+    assert done.response.status == "completed"

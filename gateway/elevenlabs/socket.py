@@ -39,6 +39,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from gateway.elevenlabs.context import EAGER_FIRST_WORDS, ContextError, SpeechContext
 from gateway.elevenlabs.formats import OutputFormat
+from gateway.runtime.message_rate import MessageRate
 from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class SocketLimits:
     max_text_chars: int = 100_000  # per context
     max_contexts: int = 8  # open at once, per socket
     heartbeat_s: float = 30.0
+    #: messages a socket may send a second (bursts of twice that): an LLM's tokens come at
+    #: 30-100 a second; more is refused with an error message, the socket goes on
+    messages_per_s: float = 200.0
     first_words: int = EAGER_FIRST_WORDS  # the query's first_words (our extension) overrides
 
 
@@ -205,6 +209,7 @@ async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputForm
     sock = ContextSocket(ws, voice, fmt, limits, stats, multi)
     stats.sockets += 1
     stats.opened += 1
+    rate = MessageRate(limits.messages_per_s, 2 * limits.messages_per_s)
     try:
         while not ws.closed:
             try:
@@ -216,7 +221,10 @@ async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputForm
                 await ws.close(code=WSCloseCode.POLICY_VIOLATION,
                                message=b"inactivity timeout")
                 break
-            if msg.type == WSMsgType.TEXT:
+            if msg.type == WSMsgType.TEXT and not rate.allow():
+                await sock.error("rate_limited", f"more than {limits.messages_per_s:g} messages "
+                                 "a second: this one was not handled")
+            elif msg.type == WSMsgType.TEXT:
                 await sock.handle(msg.data)
             elif msg.type == WSMsgType.BINARY:
                 await sock.error("invalid_message", "messages are JSON text, not binary")

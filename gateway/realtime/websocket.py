@@ -18,6 +18,7 @@ from gateway.realtime.engine import RealtimeEngine
 from gateway.realtime.outbox import Outbox
 from gateway.realtime.protocol import ClientError, error_event, server_event
 from gateway.realtime.session import RealtimeSession
+from gateway.runtime.message_rate import MessageRate
 
 
 async def _write(ws: web.WebSocketResponse, engine: RealtimeEngine,
@@ -27,9 +28,19 @@ async def _write(ws: web.WebSocketResponse, engine: RealtimeEngine,
         await ws.send_str(text)
 
 
+#: client events a socket may send a second (bursts of twice that): audio appends of 10 ms
+#: chunks are 100 a second; more is refused with an error event, the socket goes on
+MESSAGES_PER_S = 500.0
+
+
 async def _read(ws: web.WebSocketResponse, engine: RealtimeEngine) -> None:
+    rate = MessageRate(MESSAGES_PER_S, 2 * MESSAGES_PER_S)
     async for message in ws:
-        if message.type is WSMsgType.TEXT:
+        if message.type is WSMsgType.TEXT and not rate.allow():
+            engine.outbox.put(error_event(ClientError(
+                "rate_limited", f"more than {MESSAGES_PER_S:g} client events a second: this "
+                "one was not handled")))
+        elif message.type is WSMsgType.TEXT:
             await engine.handle_text(message.data)
         elif message.type is WSMsgType.BINARY:
             engine.outbox.put(error_event(ClientError(
