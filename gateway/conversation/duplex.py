@@ -64,7 +64,7 @@ from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.runtime.defaults import default_of
 from gateway.speech.prerender import Prerender
-from gateway.speech.speaker import SpeechQueueFull
+from gateway.speech.speaker import Speaker, SpeechQueueFull
 from gateway.speech.utterance import FINAL_STATES, Utterance
 from gateway.text.streaming import stream_clauses
 from gateway.tts.base import Synthesizer
@@ -152,6 +152,16 @@ class PreparedReply:
     def take_prerender(self) -> Prerender | None:
         prerender, self.prerender = self.prerender, None
         return prerender
+
+    async def read_first(self, speaker: Speaker, voice: Synthesizer) -> None:
+        """Read the reply's first clause and start rendering it (``speaker.prerender``):
+        nothing is said or sent until the turn ends on this text."""
+        try:
+            self.first = await anext(aiter(self.clauses))
+        except StopAsyncIteration:
+            return
+        self.first_at = time.monotonic()
+        self.prerender = speaker.prerender(self.first, voice)
 
     async def discard(self) -> None:
         if self.task is not None and not self.task.done():
@@ -394,17 +404,9 @@ class Duplex:
         stream = stream_clauses(self.agent.reply(text, list(self.history)))
         prepared = PreparedReply(turn, text, stream)
         prepared.task = asyncio.get_running_loop().create_task(
-            self._first_clause(prepared), name="reply-prepare")
+            prepared.read_first(self.conversation.speaker, self.voice), name="reply-prepare")
         self._prepared = prepared
         self.replies_prepared += 1
-
-    async def _first_clause(self, prepared: PreparedReply) -> None:
-        try:
-            prepared.first = await anext(aiter(prepared.clauses))
-        except StopAsyncIteration:
-            return
-        prepared.first_at = time.monotonic()
-        prepared.prerender = self.conversation.speaker.prerender(prepared.first, self.voice)
 
     def _discard(self, prepared: PreparedReply) -> None:
         task = asyncio.get_running_loop().create_task(prepared.discard(), name="reply-discard")

@@ -426,17 +426,11 @@ class RealtimeEngine:
         history = self._agent_input_for(list(self.items), self.config.instructions, None)[1]
         stream = stream_clauses(self.hearing.agent.reply(text, history))
         prepared = PreparedReply(turn, text, stream)
-        prepared.task = self._spawn(self._first_clause(prepared), "realtime-prepare")
+        voice = self._voice(self.config.voice, None)
+        prepared.task = self._spawn(prepared.read_first(self.conversation.speaker, voice),
+                                    "realtime-prepare")
         self._prepared = prepared
         self.replies_prepared += 1
-
-    async def _first_clause(self, prepared: PreparedReply) -> None:
-        try:
-            prepared.first = await anext(aiter(prepared.clauses))
-        except StopAsyncIteration:
-            return
-        voice = self._voice(self.config.voice, None)
-        prepared.prerender = self.conversation.speaker.prerender(prepared.first, voice)
 
     def _drop_prepared(self) -> None:
         prepared, self._prepared = self._prepared, None
