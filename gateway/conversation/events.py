@@ -5,7 +5,8 @@ that stops reading loses its oldest events (counted in ``dropped``), never block
 publisher, and never holds more than ``maxsize`` events. Event types (full duplex):
 ``speech_started``, ``speech_stopped`` (user VAD), ``transcript`` ``{text, final}``,
 ``reply`` ``{text, utterance}``, ``reply_done`` ``{turn, text, utterances}``, ``utterance``
-``{id, state}``, ``interrupted`` ``{utterance}``,
+``{id, state}``, ``interrupted`` ``{utterance}``, ``word`` ``{utterance, word, start_ms,
+end_ms}`` (when the listener hears it begin: gateway.conversation.words),
 ``error`` ``{code, message}``.
 """
 
