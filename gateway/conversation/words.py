@@ -127,7 +127,8 @@ class WordEvents:
         state = utterance.state
         if state is UtteranceState.INTERRUPTED or state is UtteranceState.FAILED:
             return None
-        if utterance.primary is None:
+        delivery = utterance.primary
+        if delivery is None:
             return None if state is UtteranceState.DONE else now + POLL_S
         played = self._played(utterance, now)
         if played is None:
@@ -137,7 +138,7 @@ class WordEvents:
         # DONE: every frame this sink will send is sent; once they are all played, so are
         # the words (and a sink that left early stops here rather than waiting for ever)
         played_all = (state is UtteranceState.DONE
-                      and played >= utterance.primary.frames * FRAME_MS)
+                      and played >= delivery.frames * FRAME_MS)
         while index < len(words) and (words[index].start_ms < played or played_all):
             self._emit(utterance, words[index])
             index += 1
