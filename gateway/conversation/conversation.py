@@ -100,8 +100,9 @@ class Conversation:
         now = time.monotonic()
         for utterance, text in self._texts.items():
             if utterance.state not in FINAL_STATES:
-                self._heard[utterance] = heard(utterance, text, now,
-                                               self.played_ms(utterance, now))
+                was = self._heard[utterance] = heard(utterance, text, now,
+                                                     self.played_ms(utterance, now))
+                self.words.cut(utterance, was.ms)  # its heard words, before the cut lands
         cut = self.speaker.interrupt()
         self.resume()  # the queue is empty: the next reply plays at once
         return cut

@@ -9,7 +9,8 @@ event ``word {"utterance", "word", "start_ms", "end_ms"}`` goes out on the sessi
 
 One timer per conversation, not a task per word or per utterance: ``WordEvents`` keeps a
 cursor (the next word's index) for each playing utterance and arms a single callback on the
-shared ticker (gateway.media.ticker, the grid the sends already wake on) for the earliest
+shared ticker (gateway.media.ticker, the grid the sends already wake on; after that tick's
+sends, so publishing -- a data-channel message -- never holds a packet back) for the earliest
 moment any cursor's next word can be heard, computed from the played position; when it fires
 it publishes what was heard and re-arms. Played positions are re-read on every fire, so a
 paused playout (sends held) holds the words back too.
@@ -28,6 +29,7 @@ import math
 import time
 from collections.abc import Callable
 
+from gateway.media.ticker import shared_ticker
 from gateway.speech.utterance import Utterance, UtteranceState
 from gateway.text.timing import WordTiming
 
@@ -102,8 +104,11 @@ class WordEvents:
         generation = self._generation
         schedule = self._schedule
         if schedule is None:
-            from gateway.media.ticker import shared_ticker  # the running loop's
-            schedule = shared_ticker().call_at
+            try:  # the running loop's; after the tick's sends: an event never delays a packet
+                schedule = shared_ticker().call_after_sends
+            except RuntimeError:  # no running loop (unit use): nothing is playing
+                self._armed_at = math.inf
+                return
         schedule(when, lambda: self._fire(generation))
 
     def _fire(self, generation: int) -> None:
