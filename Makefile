@@ -35,7 +35,7 @@ help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
 	@echo "make test   install everything the tests need (the dev tools, Debian parts too) and run them"
 	@echo "make bench  latency benchmark (JSON in bench/results/)"
-	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser; ~15-30 min)"
+	@echo "make fuzz   long Hypothesis fuzz run (>=10k examples per parser) + 10 min of Schemathesis stateful on the HTTP API (~25-40 min)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -6,9 +6,10 @@ loudly when an aiortc upgrade moves one. No other module of the gateway reaches 
 
 Touched:
 - ``RTCRtpSender.__rtp_history``: the sender's retransmission history is replaced by ours
-  (``media.track.SenderHistory``, recording into the 5 s frame store by each packet's own
-  sequence number). aiortc's module-wide ``RTP_HISTORY_SIZE`` is left alone, so any other aiortc
-  sender in the process (an in-process client's microphone) keeps aiortc's own history.
+  (``SenderHistory`` of tests/aiortc_track.py, recording into the 5 s frame store by each
+  packet's own sequence number; the tests' pull-based track only). aiortc's module-wide
+  ``RTP_HISTORY_SIZE`` is left alone, so any other aiortc sender in the process (an in-process
+  client's microphone) keeps aiortc's own history.
 - ``RTCRtpTransceiver._codecs``: the negotiated codec list, where the answer's Opus fmtp and
   rtcp-fb lines come from (aiortc intersects feedback with the offer and drops ``nack``).
 - ``aioice.ice.get_host_addresses``: restrict host candidates to configured addresses (aioice

@@ -21,7 +21,7 @@ from gateway.nack.store import FrameStore
 from gateway.speech.speaker import Speaker
 from gateway.webrtc.pacer import PacingClock
 from gateway.webrtc.rtp_sink import RtpSink
-from gateway.webrtc.track import PassthroughOpusTrack
+from tests.aiortc_track import PassthroughOpusTrack
 
 
 def pipeline(

@@ -1,6 +1,7 @@
-"""Issue 23, timeouts on every socket: a slowloris (headers a byte at a time), a body that
-stops, and idle keep-alive connections are closed; a body that keeps sending stays open; a
-per-address cap refuses connections past it with a JSON 503; /healthz answers throughout."""
+"""Issue 23, timeouts on every socket: a slowloris (30 sockets sending headers a byte at a
+time), a body that stops, and idle keep-alive connections are closed; a body that keeps
+sending stays open; a per-address cap refuses connections past it with a JSON 503; /healthz
+answers throughout."""
 
 from __future__ import annotations
 
@@ -36,18 +37,18 @@ async def _healthz_ms(gateway) -> float:
 
 async def test_slowloris_is_cut_at_the_header_timeout(start_gateway):
     gateway = await start_gateway(header_timeout_s=1.0, keepalive_timeout_s=30.0)
-    clients = [await _open(gateway) for _ in range(50)]
+    clients = [await _open(gateway) for _ in range(30)]
     request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
 
     async def drip(writer: asyncio.StreamWriter) -> None:
-        for byte in request:  # a byte every 50 ms: never done within the timeout
+        for byte in request:  # a byte every 100 ms: never done within the timeout
             writer.write(bytes([byte]))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.1)
 
     drips = [asyncio.create_task(drip(w)) for _, w in clients]
     try:
         async with LoopStall() as stall:
-            answers = await asyncio.gather(*(_closed_within(r, 3.0) for r, _ in clients))
+            answers = await asyncio.gather(*(_closed_within(r, 5.0) for r, _ in clients))
             healthz = await _healthz_ms(gateway)
     finally:
         for task in drips:

@@ -6,7 +6,6 @@ import itertools
 import statistics
 
 import numpy as np
-import pytest
 
 from gateway.client.capture import decode
 from gateway.media.framer import Framer
@@ -20,12 +19,6 @@ from gateway.media.opus_codec import (
 )
 from tests.conftest import tone_voices
 from tests.helpers import dominant_frequency
-
-
-@pytest.fixture(params=["batch", "aiortc"])
-async def gateway(start_gateway, request):
-    """Every test here runs on both send paths: the batch sender and aiortc's own loop."""
-    return await start_gateway(send_path=request.param)
 
 
 async def speak_and_collect(client, voice: str):

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.media.ticker import shared_ticker
 from gateway.speech.speaker import Speaker, UtteranceState
-from gateway.webrtc.track import PassthroughOpusTrack
+from tests.aiortc_track import PassthroughOpusTrack
 from tests.installed import missing
 from tests.pipeline import pipeline, record_sent
 

@@ -206,13 +206,6 @@ class GatewayConfig:
         "frame is sent at once instead of in its next 20 ms slot",
         group=MEDIA,
     )
-    send_path: str = opt(
-        _S("send_path"),
-        "batch: every stream's due packet is built and sent from one "
-        "shared tick; aiortc: aiortc's own per-sender loop pulls from a track",
-        choices=("batch", "aiortc"),
-        group=MEDIA,
-    )
     answer_nack: bool = opt(
         _S("answer_nack"),
         "a=rtcp-fb nack in the answer (off only for comparisons)",
@@ -619,6 +612,9 @@ RENAMED = {
     "GATEWAY_KEEP_DTLS_STATE": "use GATEWAY_RELEASE_DTLS=0",
     "GATEWAY_RED_ALWAYS": "use GATEWAY_RED_ADAPTIVE=0",
     "GATEWAY_NO_NACK": "use GATEWAY_NACK=0",
+    "--send-path": "removed: every stream is sent from the shared tick (webrtc/batch_sender.py); "
+    "the stock aiortc design to compare with is bench/baseline_server.py",
+    "GATEWAY_SEND_PATH": "removed with --send-path",
 }
 
 

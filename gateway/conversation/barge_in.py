@@ -1,28 +1,38 @@
 """Barge-in that pauses first (issue 26): talking over a reply pauses its audio at once; the
 reply is cut only once the barge-in is confirmed, and resumes where it paused if it is not.
 
-``PauseGate`` (pure, stream time): while a reply is audible, the ``pause_ms`` of voiced frames
-of a start pause it (at most once per start: the onset frame is the key). It resumes when the
-voice is gone before confirmation (the start was dropped, or the turn ended short of the
-barge-in minimum: a cough, a "hm", the reply's own echo -- which stops with the pause) or after
-``max_pause_ms`` unconfirmed. Confirmation is the duplex loop's: the barge-in minimum of voiced
-speech (``BargeIn``) or words heard (``words_heard`` on a transcript of the overlapping turn).
+``PauseGate`` (pure, stream time, fed every 20 ms frame heard): while a reply is audible, a
+burst of ``pause_ms`` of voiced frames (gaps up to ``GAP_MS`` bridged) pauses it. The pause is
+also the echo test: the reply's own echo stops with the reply, the user does not. After a
+``grace_ms`` for the echo's tail (the echo path, the VAD's window), ``confirm_ms`` of voice
+while paused confirms the barge-in (the duplex loop cuts the reply); ``resume_ms`` without
+voice resumes it (a cough, a "hm", the echo), and so does ``max_pause_ms`` unconfirmed. An
+unconfirmed pause on a quiet burst (its loudest frame at most ``LEARN_CAP_DBFS``: the reply's
+echo, not a cough) teaches the gate the echo's level -- from then on a burst counts only frames
+``ECHO_MARGIN_DB`` louder -- and doubles the burst the next pause needs (up to
+``MAX_BACKOFF``, until the reply ends), so an echo with no canceller costs a few short pauses
+per reply, not one per word. Words heard
+(``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex loop.
 
-``words_heard``: a transcript counts when it holds a word that is neither a filler nor one of
-the reply's own words (an echo transcribes as the reply).
+``words_heard``: a transcript counts when at least half its words are neither fillers nor the
+reply's own words (an echo transcribes as the reply, give or take Whisper's mistakes).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 FILLERS = frozenset("""
 hm hmm hmmm mm mmm mhm mm-hmm uh-huh uh um uhm er erm ah oh huh
 """.split())
 _PUNCT = ".,!?;:\"'()[]-\u2026"
+GAP_MS = 60.0
+MAX_BACKOFF = 4
+ECHO_MARGIN_DB = 6.0
+LEARN_CAP_DBFS = -30.0
 
-GateAction = Literal["pause", "resume"]
+GateAction = Literal["pause", "resume", "cut"]
 
 
 def _words(text: str) -> list[str]:
@@ -30,39 +40,107 @@ def _words(text: str) -> list[str]:
 
 
 def words_heard(text: str, reply_text: str = "") -> bool:
+    """At least half the transcript's words are the user's own: neither fillers nor the
+    reply's words (an echo, even one Whisper got partly wrong, is mostly the reply's)."""
     reply = set(_words(reply_text))
-    return any(w not in FILLERS and w not in reply for w in _words(text))
+    stems = {w[:4] for w in reply if len(w) >= 4}
+    words = [w for w in _words(text) if w not in FILLERS]
+    novel = sum(not _echoed(w, reply, stems) for w in words)
+    return novel > 0 and novel * 2 >= len(words)
+
+
+def _echoed(word: str, reply: set[str], stems: set[str]) -> bool:
+    """``word`` may be Whisper's rendering of one of the reply's words: the same, a number
+    (Whisper writes "ten" as "10"), or the same first four letters ("favorite")."""
+    return word in reply or word.isdigit() or (len(word) >= 4 and word[:4] in stems)
 
 
 @dataclass
 class PauseGate:
     pause_ms: float = 100.0
+    grace_ms: float = 100.0
+    confirm_ms: float = 600.0
+    resume_ms: float = 240.0
     max_pause_ms: float = 1500.0
+    frame_ms: float = 20.0
     paused_at: float | None = None  # stream seconds
-    _onset: int | None = field(default=None, repr=False)  # the start that paused (or was let be)
     pauses: int = 0
     resumes: int = 0
+    confirmations: int = 0
+
+    def __post_init__(self) -> None:
+        self._burst = 0.0  # voiced ms in the current burst (not paused)
+        self._gap = 0.0  # unvoiced ms since its last voiced frame
+        self._heard = 0.0  # voiced ms while paused, after the grace
+        self._quiet = 0.0  # unvoiced ms in a row while paused, after the grace
+        self._backoff = 1
+        #: stream seconds of the current burst's first voiced frame (the onset it pauses on)
+        self.burst_from: float | None = None
+        self.echo_dbfs = float("-inf")  # frames this loud or quieter may be the reply's echo
+        self._burst_peak = float("-inf")
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
 
-    def on_frame(self, *, audible: bool, listening: bool, voiced_ms: float, onset: int | None,
-                 now: float) -> GateAction | None:
-        """After each 20 ms frame heard: what to do with the reply's playout."""
+    @property
+    def needed_ms(self) -> float:
+        """The burst that pauses the reply now (backed off after unconfirmed pauses)."""
+        return self.pause_ms * self._backoff
+
+    def on_frame(self, *, audible: bool, voiced: bool, now: float,
+                 level_dbfs: float = 0.0) -> GateAction | None:
+        """After each frame heard (``level_dbfs``: its RMS): what to do with the playout."""
+        if not audible:
+            self._backoff = 1  # the next reply starts afresh
         if self.paused_at is not None:
-            if not listening or not audible or now - self.paused_at >= self.max_pause_ms / 1000:
-                self.paused_at = None
-                self.resumes += 1
-                return "resume"
+            if not audible:
+                return self._resume()
+            if (now - self.paused_at) * 1000 < self.grace_ms - 1e-6:
+                return None
+            if voiced:
+                self._heard += self.frame_ms
+                self._quiet = 0.0
+                if self._heard >= self.confirm_ms - 1e-6:
+                    self.confirmed()
+                    return "cut"
+            else:
+                self._quiet += self.frame_ms
+                if self._quiet >= self.resume_ms - 1e-6:
+                    return self._resume()
+            if (now - self.paused_at) * 1000 >= self.max_pause_ms:
+                return self._resume()
             return None
-        if audible and listening and voiced_ms >= self.pause_ms and onset != self._onset:
-            self._onset = onset
+        if voiced and level_dbfs >= self.echo_dbfs + ECHO_MARGIN_DB:
+            if not self._burst:
+                self.burst_from = now - self.frame_ms / 1000
+                self._burst_peak = level_dbfs
+            self._burst += self.frame_ms
+            self._burst_peak = max(self._burst_peak, level_dbfs)
+            self._gap = 0.0
+        else:
+            self._gap += self.frame_ms
+            if self._gap > GAP_MS:
+                self._burst = 0.0
+        if audible and self._burst >= self.needed_ms - 1e-6:
             self.paused_at = now
+            self._heard = self._quiet = 0.0
             self.pauses += 1
             return "pause"
         return None
 
+    def _resume(self) -> GateAction:
+        if self._burst_peak <= LEARN_CAP_DBFS:  # quiet enough to be the echo
+            self.echo_dbfs = max(self.echo_dbfs, self._burst_peak)
+            self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+        self.paused_at = None
+        self._burst = self._gap = 0.0
+        self.resumes += 1
+        return "resume"
+
     def confirmed(self) -> None:
         """The barge-in was confirmed and the reply cut: nothing left to resume."""
         self.paused_at = None
+        self._burst = self._gap = 0.0
+        self._backoff = 1
+        self.confirmations += 1

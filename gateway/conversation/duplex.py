@@ -42,6 +42,7 @@ import numpy as np
 from gateway.agent.base import Agent, AgentError, History
 from gateway.conversation.barge_in import PauseGate, words_heard
 from gateway.conversation.conversation import Conversation
+from gateway.listen.asr import Transcript
 from gateway.listen.listener import (
     SPECULATE_MS,
     FinalTranscript,
@@ -101,6 +102,7 @@ class Turn:
     replied_at: float | None = None  # the agent's reply complete (every clause said)
     reply: list[str] = field(default_factory=list)
     utterances: list[Utterance] = field(default_factory=list)
+    spoken: list[tuple[str, Utterance]] = field(default_factory=list)  # clause, its utterance
     interrupted: bool = False
     heard_text: str | None = None  # what the listener heard of the reply (once committed)
     heard_ms: int | None = None
@@ -179,7 +181,9 @@ class Duplex:
         pause_ms: int = 100,
     ) -> None:
         self.conversation = conversation
-        self._gate = PauseGate(pause_ms=pause_ms)
+        self._level_dbfs = -120.0  # the last frame heard (RMS), for the pause gate
+        self._pausing = pause_ms > 0  # 0: the old rule, the barge-in minimum cuts at once
+        self._gate = PauseGate(pause_ms=pause_ms or 100)
         self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
         #: the last pause: (the user's first voiced frame, when the playout was held)
         self.last_pause: tuple[float, float] | None = None
@@ -222,24 +226,34 @@ class Duplex:
         for start in range(0, cut, ASR_FRAME):
             self.frames_heard += 1
             self._heard_at.append(now)  # when frame ``frames_heard - 1`` was heard
-            for event in self.listener.push(pcm[start : start + ASR_FRAME]):
+            frame = pcm[start : start + ASR_FRAME]
+            if self._pausing:
+                power = float(np.mean(np.square(frame, dtype=np.float64))) / 32768.0 ** 2
+                self._level_dbfs = 10.0 * np.log10(power + 1e-12)
+            for event in self.listener.push(frame):
                 if isinstance(event, SpeechStarted) and self.speaking:
                     self._overlap.add(self.listener.turn)
-                elif isinstance(event, BargeIn) and self.speaking:
+                elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
                     self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                     self.barge_in()
-            self._gate_frame()
+            if self._pausing:
+                self._gate_frame()
 
     def _gate_frame(self) -> None:
-        """Pause the reply's playout on the onset of voice over it; resume if it went."""
+        """Pause the reply's playout on the onset of voice over it; cut it if the voice goes
+        on while it is paused, resume it if not (session/barge_in.py)."""
         detector = self.listener.detector
-        action = self._gate.on_frame(audible=self.speaking, listening=detector.listening,
-                                     voiced_ms=detector.voiced_ms, onset=detector.onset,
-                                     now=detector.now)
-        if action == "pause":
+        action = self._gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
+                                     now=detector.now, level_dbfs=self._level_dbfs)
+        if action == "cut":
+            started = detector.started_at if detector.started_at is not None else (
+                detector.time(detector.onset or 0))
+            self.last_barge_in = (self._mono(started), time.monotonic())
+            self.barge_in()
+        elif action == "pause":
             self.conversation.pause()
-            onset = detector.onset or 0
-            self.last_pause = (self._mono(detector.time(onset)), time.monotonic())
+            onset = self._gate.burst_from if self._gate.burst_from is not None else detector.now
+            self.last_pause = (self._mono(onset), time.monotonic())
             self.events.publish("reply_paused", turn=self.listener.turn)
         elif action == "resume":
             self.conversation.resume()
@@ -271,7 +285,8 @@ class Duplex:
     def barge_in(self) -> None:
         """Cut the reply (a confirmed barge-in): what was heard of it goes to the history."""
         self.barge_ins += 1
-        self._gate.confirmed()
+        if self._gate.paused:
+            self._gate.confirmed()
         self._overlap.discard(self.listener.turn)  # this turn is the user's: it is answered
         if self._reply is not None and not self._reply.done():
             self._reply.cancel()  # closes the agent's stream and its upstream request
@@ -287,7 +302,7 @@ class Duplex:
         """Record ``turn``'s exchange in the history, its reply as heard (once)."""
         if turn.heard_text is not None or not turn.text.strip():
             return
-        heard = [self.conversation.heard(u) for u in turn.utterances]
+        heard = [self.conversation.heard(u, clause) for clause, u in turn.spoken]
         turn.heard_text = " ".join(h.text for h in heard if h.text)
         turn.heard_ms = sum(h.ms for h in heard)
         self.history.record(turn.text, turn.heard_text)
@@ -323,6 +338,9 @@ class Duplex:
                     duration_ms=round((event.at - event.started_at) * 1000))
         elif isinstance(event, PartialTranscript):
             publish("transcript", text=event.text, final=False, turn=event.turn)
+            if event.turn in self._overlap and self.speaking and _speech(event.transcript) \
+                    and words_heard(event.text, self._reply_text()):
+                self.barge_in()  # words over the reply: no need to wait for the minimum
         elif isinstance(event, TentativeTranscript):
             if self.preempt and event.text.strip() and event.turn not in self._overlap:
                 self._prepare(event.turn, event.text)
@@ -330,7 +348,7 @@ class Duplex:
             turn = self._turn(event.turn)
             if event.turn in self._overlap:
                 self._overlap.discard(event.turn)
-                if not words_heard(event.text, self._reply_text()):
+                if not (_speech(event.transcript) and words_heard(event.text, self._reply_text())):
                     # a "hm", a cough, the reply's own echo: heard, not answered
                     publish("transcript", text=event.text, final=True, turn=event.turn,
                             overlap=True)
@@ -410,6 +428,7 @@ class Duplex:
                 prerendered.cancel()
             return
         turn.utterances.append(utterance)
+        turn.spoken.append((clause, utterance))
         self.events.publish("reply", text=clause, utterance=utterance.id, turn=turn.number)
 
     async def _reply_to(self, turn: Turn, prepared: PreparedReply | None = None) -> None:
@@ -475,6 +494,11 @@ class Duplex:
                 "replies_prepared_used": self.replies_prepared_used,
                 **self.listener.stats(), **self.listener.turn_stats(),
                 "turns": [t.as_json() for t in self.turns]}
+
+
+def _speech(transcript: Transcript) -> bool:
+    """Whisper heard speech (not noise it put words on: a cough can come out as "Thank you")."""
+    return transcript.no_speech_prob is None or transcript.no_speech_prob < 0.5
 
 
 @functools.cache

@@ -3,11 +3,12 @@
 ``publish(type, data)`` hands the event to each subscriber's own bounded queue: a subscriber
 that stops reading loses its oldest events (counted in ``dropped``), never blocks the
 publisher, and never holds more than ``maxsize`` events. Event types (full duplex):
-``speech_started``, ``speech_stopped`` (user VAD), ``transcript`` ``{text, final}``,
-``reply`` ``{text, utterance}``, ``reply_done`` ``{turn, text, utterances}``, ``utterance``
-``{id, state}``, ``interrupted`` ``{utterance}``, ``word`` ``{utterance, word, start_ms,
-end_ms}`` (when the listener hears it begin: gateway.conversation.words),
-``error`` ``{code, message}``.
+``speech_started``, ``speech_stopped`` (user VAD), ``transcript`` ``{text, final}`` (``overlap``:
+heard over a reply and not answered), ``reply`` ``{text, utterance}``, ``reply_done`` ``{turn,
+text, utterances}``, ``utterance`` ``{id, state}``, ``reply_paused`` / ``reply_resumed``
+``{turn}`` (voice over a reply, before it is confirmed as a barge-in), ``interrupted``
+``{utterance, heard_ms, heard_text}``, ``word`` ``{utterance, word, start_ms, end_ms}`` (when
+the listener hears it begin: gateway.conversation.words), ``error`` ``{code, message}``.
 """
 
 from __future__ import annotations

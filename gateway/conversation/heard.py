@@ -62,7 +62,9 @@ def heard(utterance: Utterance, text: str, now: float | None = None,
         total = utterance.total_frames or 0
         return Heard(total * FRAME_MS, text.strip(), True)
     ms = heard_ms(utterance, now, played_ms=played_ms)
-    total = utterance.total_frames or max(utterance.frames_encoded, utterance.frames_sent)
+    # its length: known once synthesis has ended; until then, what the voice has produced
+    total = utterance.total_frames or max(utterance.frames_rendered, utterance.frames_encoded,
+                                          utterance.frames_sent)
     if not total:
         return Heard(0, "", False)
     share = min(1.0, ms / (total * FRAME_MS))

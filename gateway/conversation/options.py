@@ -20,7 +20,6 @@ class SessionOptions:
     test_drop_seed: int | None = None
     test_drop_burst: float = 0.0  # TEST ONLY: mean burst length of those losses (0: independent)
     test_repair_delay_ms: float = 0.0  # TEST ONLY: resends leave this late (a long round trip)
-    send_path: str = "batch"  # "batch": one tick callback sends every stream; "aiortc": its loop
     idle_packets: str = "silence"  # between utterances (batch path): "silence" / "dtx"
     early_first_frame: bool = False  # an idle stream sends a first frame at once (batch path)
     release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)

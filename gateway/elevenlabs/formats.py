@@ -22,6 +22,8 @@ from typing import Protocol
 import av
 import numpy as np
 
+from gateway.http.transcode import ChunkSink
+
 PCM_RATES = (8000, 16000, 22050, 24000, 44100, 48000)
 MP3 = {(22050, 32), (44100, 32), (44100, 64), (44100, 96), (44100, 128), (44100, 192)}
 OPUS_KBPS = (32, 64, 96, 128, 192)
@@ -108,29 +110,12 @@ class _Ulaw(_Raw):
         return mulaw(np.frombuffer(super().write(pcm), dtype="<i2"))
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self._chunks: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self._chunks.append(bytes(data))
-        return len(data)
-
-    def seekable(self) -> bool:
-        return False
-
-    def drain(self) -> bytes:
-        out = b"".join(self._chunks)
-        self._chunks.clear()
-        return out
-
-
 class _Container:
     """An FFmpeg encoder + muxer into a non-seekable sink drained on every call."""
 
     def __init__(self, muxer: str, codec: str, rate: int, kbps: int,
                  options: dict[str, str]) -> None:
-        self._sink = _Sink()
+        self._sink = ChunkSink()
         self._rate = rate
         self._container = av.open(self._sink, "w", format=muxer,
                                   container_options={"flush_packets": "1", **options})

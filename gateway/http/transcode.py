@@ -157,7 +157,7 @@ class ContainerEncoder:
     """An FFmpeg encoder + muxer writing into a non-seekable sink that is drained per call."""
 
     def __init__(self, spec: _Spec) -> None:
-        self._sink = _Sink()
+        self._sink = ChunkSink()
         options = {"flush_packets": "1", **spec.muxer_options}
         self._container = av.open(self._sink, "w", format=spec.muxer, container_options=options)
         self._stream = self._container.add_stream(spec.codec, rate=SAMPLE_RATE, layout="mono")
@@ -236,7 +236,9 @@ def open_pipeline(fmt: str, speed: float = 1.0) -> PcmStage:
     return encoder if speed == 1.0 else Pipeline(time_stretch(speed), encoder)
 
 
-class _Sink:
+class ChunkSink:
+    """A non-seekable file for an FFmpeg muxer: what it writes, ``drain``ed as bytes."""
+
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
 

@@ -159,6 +159,11 @@ class TurnDetector:
         return self.state is not State.IDLE
 
     @property
+    def voiced_now(self) -> bool:
+        """The last frame pushed was voiced (by the threshold of the state it was heard in)."""
+        return self.state is not State.IDLE and self._last_voiced == self._index - 1
+
+    @property
     def voiced_ms(self) -> float:
         """Voiced time since the first voiced frame of the start or turn in progress (0 idle)."""
         return 0.0 if self.state is State.IDLE else self._voiced * self.options.frame_ms

@@ -34,6 +34,7 @@ class Prerender:
         self.started_at = time.monotonic()
         self.first_pcm_at: float | None = None  # the voice's first PCM (timelines)
         self.frames_encoded = 0
+        self.frames_rendered = 0  # 20 ms PCM frames the voice has produced so far
         self.words: list[WordTiming] = []  # when each word plays (ms from the first sample)
         self.cached = False  # the phrase cache had it: nothing rendered
         self.done = False

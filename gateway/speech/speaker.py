@@ -53,6 +53,7 @@ class _Progress(Protocol):
 
     first_pcm_at: float | None
     frames_encoded: int
+    frames_rendered: int
     words: list[WordTiming]
 
 
@@ -332,6 +333,7 @@ class Speaker:
     async def _play_prerendered(self, utterance: Utterance, prerendered: Prerender) -> None:
         """Frames rendered before the ``say``: queued as they are (or as they come)."""
         utterance.cached = prerendered.cached
+        utterance.frames_rendered = prerendered.frames_rendered
         utterance.started_at = min(utterance.started_at or prerendered.started_at,
                                    prerendered.started_at)
         def first_pcm(_: bytes) -> None:
@@ -367,12 +369,15 @@ class Speaker:
                 source = aligner.push(chunk.data)
                 track.add(source, chunk.sample_rate, chunk.words)
                 samples = resampler.push(source, chunk.sample_rate)
-                async for payload in self._encode(progress, encoder, framer.push(samples)):
+                frames = framer.push(samples)
+                progress.frames_rendered += len(frames)  # the clause's length, as known
+                async for payload in self._encode(progress, encoder, frames):
                     yield payload
         progress.words = track.finish()
         tail = resampler.flush()
-        frames = framer.push(tail) if tail.size else []
-        async for payload in self._encode(progress, encoder, frames + framer.flush()):
+        frames = (framer.push(tail) if tail.size else []) + framer.flush()
+        progress.frames_rendered += len(frames)
+        async for payload in self._encode(progress, encoder, frames):
             yield payload
 
     async def _replay(self, utterance: Utterance, phrase: CachedPhrase) -> None:

@@ -121,6 +121,7 @@ class Utterance:
     first_sent_at: float | None = None
     finished_at: float | None = None
     frames_encoded: int = 0
+    frames_rendered: int = 0  # 20 ms PCM frames the voice has produced (ahead of encoding)
     cached: bool = False  # served from the phrase cache: no synthesis, no encoding
     total_frames: int | None = None  # known once synthesis has ended
     deliveries: dict[str, Delivery] = field(default_factory=dict, repr=False)

@@ -10,9 +10,10 @@ frame (or the keep-alive silence), builds the RTP packet from the stream's heade
 synchronously. aiortc's own sender stays parked on a track that never yields (its RTCP task keeps
 sending sender reports, whose counters we keep up to date).
 
-It is one of the two transmitters of an ``RtpSink`` (media/rtp_sink.py), the other being
-``PassthroughOpusTrack``: same queue, schedule, store, silence, stats and test-only drop (they are
-the sink's), 960-tick timestamps, marker bit set, mid and abs-send-time extensions.
+It is the transmitter of an ``RtpSink`` (webrtc/rtp_sink.py: the queue, schedule, store, silence,
+stats and test-only drop are the sink's): 960-tick timestamps, marker bit set, mid and
+abs-send-time extensions. (The tests also drain a sink through aiortc's own loop:
+tests/aiortc_track.py.)
 
 An exception while sending one tick's packets (an owner's callback, say) is logged and counted
 (``stats.send_errors``) and the stream's next tick is scheduled all the same: one bad packet must

@@ -45,7 +45,6 @@ from gateway.webrtc.sdp_policy import (
     answer_direction,
     red_codec,
 )
-from gateway.webrtc.track import PassthroughOpusTrack
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +85,11 @@ class WebRtcLeg:
                 options.test_drop_burst,
             )
         self.sink.repair_delay_s = options.test_repair_delay_ms / 1000
-        self.transmitter: BatchStream | PassthroughOpusTrack
-        self.track: MediaStreamTrack
-        if options.send_path == "batch":
-            self.transmitter = BatchStream(
-                self.sink, dtx=options.idle_packets == "dtx",
-                early_first_frame=options.early_first_frame,
-            )
-            self.track = ParkedTrack(on_sender_started=self._start_batch)
-        else:
-            self.transmitter = self.track = PassthroughOpusTrack(self.sink)
+        self.transmitter = BatchStream(
+            self.sink, dtx=options.idle_packets == "dtx",
+            early_first_frame=options.early_first_frame,
+        )
+        self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
@@ -153,8 +147,6 @@ class WebRtcLeg:
             )
         aiortc_compat.pin_codecs(transceiver, pinned)
         self._transceiver, self._payload_type = transceiver, opus.payloadType
-        if isinstance(self.transmitter, PassthroughOpusTrack):
-            self.transmitter.bind(transceiver.sender, opus.payloadType)
         answer = await pc.createAnswer()
         await pc.setLocalDescription(answer)
         self.retransmitter.attach(transceiver.sender)
@@ -180,7 +172,6 @@ class WebRtcLeg:
         self.uplink = path
 
     def _start_batch(self) -> None:
-        assert isinstance(self.transmitter, BatchStream)
         self.transmitter.start(self._transceiver.sender, self._payload_type)
 
     def _watch(self) -> None:
@@ -261,8 +252,7 @@ class WebRtcLeg:
         try:
             if self.uplink is not None:
                 await self.uplink.close()
-            if isinstance(self.transmitter, BatchStream):
-                self.transmitter.stop()
+            self.transmitter.stop()
             self.track.stop()
         finally:
             await self.pc.close()

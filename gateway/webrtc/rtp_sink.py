@@ -1,4 +1,4 @@
-"""The one RTP send interface both send paths share.
+"""The one RTP send interface of a WebRTC leg.
 
 An ``RtpSink`` is what a WebRTC leg's outgoing audio is made of, whatever moves the bytes: the
 bounded frame queue the fan-out fills, the 5 s frame store NACKs are answered from, the stream's
@@ -6,10 +6,10 @@ absolute 20 ms schedule (``PacingClock`` on the process-wide tick grid), the kee
 sent between utterances, the send counters and the test-only loss of first transmissions. A
 *transmitter* drives it:
 
-- ``BatchStream`` (media/batch_sender.py, the default): a tick callback builds, protects and
-  sends the packet itself;
-- ``PassthroughOpusTrack`` (media/track.py): aiortc's own send loop pulls ``av.Packet`` objects
-  from the sink through a custom track (the design card's custom track, kept as a comparison).
+- ``BatchStream`` (webrtc/batch_sender.py): a tick callback builds, protects and sends the
+  packet itself;
+- (tests only) ``PassthroughOpusTrack`` (tests/aiortc_track.py): aiortc's own send loop pulls
+  ``av.Packet`` objects from the sink through a custom track.
 
 Each releases a slot with ``take_slot`` (the same function), records what it sent in the same
 store and answers NACKs through the same ``Retransmitter``.

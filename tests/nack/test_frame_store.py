@@ -6,7 +6,7 @@ from gateway.media.frames import EncodedFrame
 from gateway.media.opus_codec import silence_packet
 from gateway.nack.store import FrameStore
 from gateway.webrtc.rtp_sink import RtpSink
-from gateway.webrtc.track import SenderHistory
+from tests.aiortc_track import SenderHistory
 
 
 class Owner:

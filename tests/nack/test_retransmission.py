@@ -32,10 +32,9 @@ def tone_payloads() -> list[bytes]:
     return [encoder.encode(f) for f in framer.push(pcm) + framer.flush()]
 
 
-@pytest.mark.parametrize("send_path", ["batch", "aiortc"])
-async def test_lost_first_transmissions_are_resent_byte_identical(start_gateway, send_path):
+async def test_lost_first_transmissions_are_resent_byte_identical(start_gateway):
     gateway = await start_gateway(
-        test_drop_first_tx_percent=10.0, test_drop_seed=7, send_path=send_path
+        test_drop_first_tx_percent=10.0, test_drop_seed=7
     )
     client = GatewayClient(gateway.url, gateway.http, capture=True, red=False)
     await client.connect()

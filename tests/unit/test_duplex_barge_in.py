@@ -136,7 +136,7 @@ async def test_a_cough_pauses_the_reply_and_it_resumes_from_the_same_frame():
     await rig.hear(140, loud=True)  # a cough: 140 ms, short of a turn's start (200)
     assert rig.conversation.paused and rig.duplex.state()["reply_pauses"] == 1
     assert rig.play(5) == 0  # held: the stream sends its silence
-    await rig.hear(200, loud=False)
+    await rig.hear(400, loud=False)  # quiet while paused: not the user
     assert not rig.conversation.paused
     assert rig.play(5) == 5 and rig.indexes == list(range(15))  # on from frame 10
     await settle()
@@ -164,7 +164,7 @@ async def test_talking_on_cuts_the_reply_and_the_history_keeps_what_was_heard():
     turn = await rig.reply()
     await rig.hear(200, loud=False)
     rig.play(25)  # half the reply sent
-    await rig.hear(400, loud=True)  # past the barge-in minimum (300 ms voiced)
+    await rig.hear(900, loud=True)  # voice goes on while the reply is paused: confirmed
     utterance = turn.utterances[0]
     assert utterance.state is UtteranceState.INTERRUPTED and rig.duplex.barge_ins == 1
     assert not rig.conversation.paused and len(rig.queue) == 0
@@ -220,26 +220,70 @@ async def test_a_hm_or_the_echo_over_the_reply_is_not_answered_and_words_cut_it(
     await rig.close()
 
 
-def test_the_gate():
-    gate = PauseGate(pause_ms=100, max_pause_ms=1000)
-    kw = {"audible": True, "listening": True, "onset": 7}
-    assert gate.on_frame(voiced_ms=80, now=1.0, **kw) is None
-    assert gate.on_frame(voiced_ms=100, now=1.02, **kw) == "pause"
-    assert gate.on_frame(voiced_ms=200, now=1.5, **kw) is None
-    assert gate.on_frame(voiced_ms=200, now=2.02, **kw) == "resume"  # unconfirmed too long
-    assert gate.on_frame(voiced_ms=220, now=2.04, **kw) is None  # the same start: once
-    kw["onset"] = 90
-    assert gate.on_frame(voiced_ms=100, now=3.0, **kw) == "pause"
-    assert gate.on_frame(voiced_ms=0, now=3.1, audible=True, listening=False,
-                         onset=None) == "resume"
-    assert gate.on_frame(voiced_ms=300, now=4.0, audible=False, listening=True,
-                         onset=120) is None  # nothing playing: nothing to pause
-    assert (gate.pauses, gate.resumes) == (2, 2)
+def run(gate: PauseGate, pattern: str, start: float = 0.0, audible: bool = True,
+        level: float = -20.0):
+    """Frames: 'v' voiced, '.' not; the actions taken, by frame index."""
+    out = {}
+    for i, c in enumerate(pattern):
+        action = gate.on_frame(audible=audible, voiced=c == "v", now=start + (i + 1) * 0.02,
+                               level_dbfs=level)
+        if action:
+            out[i] = action
+    return out
+
+
+def test_the_gate_pauses_on_a_burst_and_the_voice_going_on_confirms():
+    gate = PauseGate(confirm_ms=120, resume_ms=160)  # pause 100, grace 100, confirm 120, resume 160
+    assert run(gate, "vvvv") == {}
+    # the 5th voiced frame pauses; 4 frames of grace; 6 voiced frames while paused: a cut
+    fast = PauseGate(confirm_ms=120, resume_ms=160)
+    assert run(fast, "vvvvv" + "vvvv" + "vvvvvv") == {4: "pause", 14: "cut"}
+    gaps = PauseGate(confirm_ms=120, resume_ms=160)
+    assert run(gaps, "vv.vv.v") == {6: "pause"}  # short gaps are bridged
+    gap = PauseGate(confirm_ms=120, resume_ms=160)
+    assert run(gap, "vv....vvv") == {}  # a longer gap starts again
+
+
+def test_the_gate_resumes_when_the_voice_stops_with_the_reply_and_backs_off():
+    gate = PauseGate(confirm_ms=120, resume_ms=160)
+    # an echo: it stops with the pause (within the grace); 8 quiet frames resume
+    assert run(gate, "vvvvv" + "vv.." + "........", level=-45) == {4: "pause", 16: "resume"}
+    assert gate.needed_ms == 200  # the next pause needs a longer burst
+    assert run(gate, "vvvvvvvvvv", start=1.0, level=-35) == {9: "pause"}
+    assert run(gate, "........", start=2.0) == {7: "resume"}
+    assert gate.needed_ms == 400 and (gate.pauses, gate.resumes) == (2, 2)
+    cough = PauseGate(confirm_ms=120, resume_ms=160)  # loud and short: no backoff
+    assert run(cough, "vvvvv" + "...." + "........", level=-10) == {4: "pause", 16: "resume"}
+    assert cough.needed_ms == 100
+    assert run(gate, "vvvvv", start=3.0, audible=False) == {}  # nothing playing
+    assert gate.needed_ms == 100  # ... and the next reply starts afresh
+    long = PauseGate(confirm_ms=120, resume_ms=160, max_pause_ms=300)
+    assert run(long, "vvvvv" + "v..v..v..v..v..") == {4: "pause", 19: "resume"}
+
+
+def test_an_unconfirmed_pause_teaches_the_gate_the_echo_level():
+    gate = PauseGate(confirm_ms=120, resume_ms=160)
+    frames = [(True, -42.0)] * 5 + [(False, -90.0)] * 12  # an echo at -42 dBFS, then quiet
+    actions = [gate.on_frame(audible=True, voiced=v, now=(i + 1) * 0.02, level_dbfs=lv)
+               for i, (v, lv) in enumerate(frames)]
+    assert actions.count("pause") == 1 and actions.count("resume") == 1
+    assert gate.echo_dbfs == -42.0
+    quiet = [gate.on_frame(audible=True, voiced=True, now=1 + i * 0.02, level_dbfs=-40.0)
+             for i in range(30)]
+    assert "pause" not in quiet  # the echo again: under the learnt level + 6 dB
+    loud = [gate.on_frame(audible=True, voiced=True, now=2 + i * 0.02, level_dbfs=-25.0)
+            for i in range(10)]
+    assert "pause" in loud  # the user, louder than the echo
+    cough = PauseGate(confirm_ms=120, resume_ms=160)
+    for i, (v, _) in enumerate(frames):
+        cough.on_frame(audible=True, voiced=v, now=(i + 1) * 0.02, level_dbfs=-10.0)
+    assert cough.echo_dbfs == float("-inf")  # a loud burst teaches nothing
 
 
 def test_words_heard():
     assert not words_heard("Hmm.") and not words_heard("uh-huh, mm") and not words_heard("")
     assert not words_heard("three, four", REPLY)  # the reply's own words: an echo
+    assert not words_heard("My favorite colour is 10", "Your favourite colour is ten")
     assert words_heard("Wait, stop.", REPLY) and words_heard("no", REPLY)
     assert heard_words(REPLY, 0.0) == "" and heard_words(REPLY, 1.0) == REPLY
     assert heard_words(REPLY, 0.5) == "one two three four five"

@@ -12,8 +12,9 @@ sink's frame store the payload and abs-send-time aiortc sent, attributed to the 
 handed over. Any exception there or in ``recv`` would end aiortc's send loop for good, so both are
 guarded and counted (``stats.send_errors``).
 
-This is the design card's custom track, kept beside the default batch path (media/batch_sender.py)
-as a comparison; both share everything but the moving of bytes (media/rtp_sink.py).
+Not a send path of the gateway's any more (every stream is sent from the shared tick,
+gateway/webrtc/batch_sender.py): the tests keep it as a pull-based consumer of an ``RtpSink``
+(tests/pipeline.py: the speaker's frames as aiortc's sender would take them).
 """
 
 from __future__ import annotations
