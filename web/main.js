@@ -6,6 +6,7 @@
 //   peer.js     the offer made ahead of the click         session.js  connect, trickle, teardown
 //   monitor.js  stats / first packet / server state       playout.js  when an RTP timestamp plays
 //   audio.js    <audio> playback, analysers, watch()      speech.js   Speak, Interrupt, their timing
+//   captions.js the Speak card's live captions (word events, as heard)
 //   ui.js       elements, state pill, errors, lists       panel.js    stats panel and plots
 //   meter.js    the level meter                           state.js    the shared state object
 //   stats.js    getStats → snapshot                       plot.js     the canvas plot

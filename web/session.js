@@ -3,6 +3,7 @@
 // track plays; connection-state handling, failure reporting and teardown.
 
 import { audio } from "./audio.js";
+import { startCaptions, stopCaptions } from "./captions.js";
 import { GatewayError, describe } from "./http.js";
 import { startMonitor, watchFirstPacket } from "./monitor.js";
 import { clearPlots, showAnswerFmtp } from "./panel.js";
@@ -79,6 +80,7 @@ export async function connect() {
     current.url = url;
     demo.sessionUrl = url;
     demo.sessionId = id;
+    startCaptions(url);
     demo.answerSdp = answer;
     await pc.setRemoteDescription({ type: "answer", sdp: answer });
     flushCandidates(current);
@@ -192,6 +194,7 @@ async function teardown(current, { remote }) {
   });
   current.playout.stop();
   if (session === current) session = null;
+  stopCaptions();
   // DELETE before closing: a closed peer makes the gateway end the session on its own.
   const deleted = remote && current.url ? deleteSession(current.url) : null;
   audio.detach();

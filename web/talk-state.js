@@ -7,7 +7,8 @@
 
 const KEEP = 50; // transcripts, replies, errors kept
 export const EVENT_TYPES = [
-  "speech_started", "speech_stopped", "transcript", "reply", "utterance", "interrupted", "error",
+  "speech_started", "speech_stopped", "transcript", "reply", "utterance", "interrupted", "word",
+  "error",
 ];
 export const FINAL_STATES = new Set(["done", "interrupted", "failed"]);
 

@@ -7,7 +7,8 @@ a BLOCK sink (it plays the conversation: synthesis waits for it), an extra liste
 ``pause`` the playout (a barge-in not yet confirmed) and ``resume`` it, or ``interrupt``.
 ``heard`` says how much of an utterance the listener has played and which words that was (the
 one definition of heard: the first sink's played position, heard.py's words); an interrupted
-utterance's event carries it.
+utterance's event carries it. ``words`` (gateway.conversation.words) publishes a ``word`` event
+for each word of a playing utterance when that position reaches it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 
 from gateway.conversation.events import EventBus
 from gateway.conversation.heard import Heard, heard
+from gateway.conversation.words import WordEvents
 from gateway.media.fanout import FrameFanout, SinkPolicy, SinkPort
 from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
@@ -24,6 +26,7 @@ from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
 from gateway.speech.speaker import Speaker
 from gateway.speech.utterance import FINAL_STATES, Utterance, UtteranceState
+from gateway.text.timing import WordTiming
 from gateway.tts.base import Synthesizer
 
 
@@ -46,6 +49,7 @@ class Conversation:
         self._heard: dict[Utterance, Heard] = {}  # as heard when it was cut
         self.paused = False
         self.sinks: dict[str, AudioSink] = {}
+        self.words = WordEvents(self._publish_word, self.played_ms)
 
     def attach_sink(
         self, name: str, queue: FrameQueue, policy: SinkPolicy, sink: AudioSink | None = None
@@ -96,8 +100,9 @@ class Conversation:
         now = time.monotonic()
         for utterance, text in self._texts.items():
             if utterance.state not in FINAL_STATES:
-                self._heard[utterance] = heard(utterance, text, now,
-                                               self.played_ms(utterance, now))
+                was = self._heard[utterance] = heard(utterance, text, now,
+                                                     self.played_ms(utterance, now))
+                self.words.cut(utterance, was.ms)  # its heard words, before the cut lands
         cut = self.speaker.interrupt()
         self.resume()  # the queue is empty: the next reply plays at once
         return cut
@@ -114,15 +119,25 @@ class Conversation:
 
     def _on_utterance(self, utterance: Utterance, state: UtteranceState) -> None:
         self.events.publish("utterance", id=utterance.id, state=state.value)
+        if state is UtteranceState.PLAYING:
+            self.words.follow(utterance)
+        elif state is UtteranceState.FAILED:
+            self.words.drop(utterance)
         if state is UtteranceState.INTERRUPTED:
             was = self.heard(utterance)
+            self.words.cut(utterance, was.ms)  # the words heard before the cut, no others
             self.events.publish("interrupted", utterance=utterance.id, heard_ms=was.ms,
                                 heard_text=was.text)
         if state in FINAL_STATES:
             self._texts.pop(utterance, None)
             self._heard.pop(utterance, None)
 
+    def _publish_word(self, utterance: Utterance, word: WordTiming) -> None:
+        self.events.publish("word", utterance=utterance.id, word=word.word,
+                            start_ms=word.start_ms, end_ms=word.end_ms)
+
     async def close(self) -> None:
+        self.words.close()
         try:
             await self.speaker.close()
         finally:
