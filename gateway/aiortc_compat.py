@@ -1081,21 +1081,32 @@ def pace_connectivity_checks(pc: RTCPeerConnection, per_s: float) -> int:
         if _PACED in vars(connection):
             continue
         setattr(connection, _PACED, True)
-        connection._check_periodic = _paced(connection, connection._check_periodic, per_s)
+        connection._check_periodic = _paced(connection, per_s)
         paced += 1
     return paced
 
 
-def _paced(connection: Any, original: Callable[[], bool], per_s: float) -> Callable[[], bool]:
+def _paced(connection: Any, per_s: float) -> Callable[[], bool]:
+    """The paced ``_check_periodic``. It holds the connection weakly and aioice's method
+    unbound: stored on the connection, a closure over it (or over its bound method) would be a
+    reference cycle, and every closed session's ICE state would wait for a full collection."""
+    bound = connection._check_periodic
+    original = getattr(bound, "__func__", None)
+    if original is None or getattr(bound, "__self__", None) is not connection:
+        raise TypeError("aioice's Connection._check_periodic is not a plain method here")
+    ref = weakref.ref(connection)
     state = {"tokens": per_s, "at": time.monotonic()}
 
     def check_periodic() -> bool:
+        conn = ref()
+        if conn is None:
+            return False
         now = time.monotonic()
         state["tokens"] = min(per_s, state["tokens"] + (now - state["at"]) * per_s)
         state["at"] = now
         if state["tokens"] < 1.0:
-            return not connection._check_list_done  # wait for the budget; stop once done
+            return not conn._check_list_done  # wait for the budget; stop once done
         state["tokens"] -= 1.0
-        return original()
+        return bool(original(conn))
 
     return check_periodic

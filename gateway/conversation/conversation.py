@@ -138,6 +138,7 @@ class Conversation:
 
     async def close(self) -> None:
         self.words.close()
+        self.sinks.clear()  # the legs (an HTTP leg holds its conversation: no cycle left)
         try:
             await self.speaker.close()
         finally:

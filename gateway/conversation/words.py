@@ -43,6 +43,14 @@ Played = Callable[[Utterance, float], "float | None"]
 Schedule = Callable[[float, Callable[[], None]], None]  # call_at(when, callback)
 
 
+def _ignore_word(utterance: Utterance, word: WordTiming) -> None:
+    return None
+
+
+def _nothing_played(utterance: Utterance, now: float) -> float | None:
+    return None
+
+
 class WordEvents:
     """Publishes each followed utterance's words as its listener hears them."""
 
@@ -87,6 +95,10 @@ class WordEvents:
         self._cursors.clear()
         self._generation += 1
         self._armed_at = math.inf
+        # the callbacks are the conversation's bound methods: let go of them, so a closed
+        # conversation is freed by refcounting (no cycle left for a full collection)
+        self._publish = _ignore_word
+        self._played = _nothing_played
 
     @property
     def following(self) -> int:
