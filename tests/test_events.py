@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
 from gateway.conversation.events import EventBus
+from tests.helpers import events_channel_session
 
 
 async def read_sse(response, until_state: str, utterance_id_box: list[str]) -> list[tuple]:
@@ -26,22 +25,7 @@ async def read_sse(response, until_state: str, utterance_id_box: list[str]) -> l
 
 
 async def test_sse_and_data_channel_carry_utterance_events(gateway):
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    pc.addTransceiver("audio", direction="recvonly")
-    channel = pc.createDataChannel("events")
-    opened = asyncio.Event()
-    messages: list[dict] = []
-    channel.on("open", opened.set)
-    channel.on("message", lambda m: messages.append(json.loads(m)))
-    try:
-        await pc.setLocalDescription(await pc.createOffer())
-        async with gateway.http.post(f"{gateway.url}/v1/sessions", data=pc.localDescription.sdp,
-                                     headers={"Content-Type": "application/sdp"}) as r:
-            assert r.status == 201
-            location = gateway.url + r.headers["Location"]
-            answer = await r.text()
-        await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
-        await asyncio.wait_for(opened.wait(), 10)
+    async with events_channel_session(gateway) as (location, messages):
         box: list[str] = []
         async with gateway.http.get(f"{location}/events") as sse:
             assert sse.status == 200 and sse.content_type == "text/event-stream"
@@ -58,8 +42,6 @@ async def test_sse_and_data_channel_carry_utterance_events(gateway):
             assert loop.time() < deadline, messages
             await asyncio.sleep(0.01)  # data-channel messages arrive on their own schedule
         assert [m["state"] for m in messages if m["type"] == "utterance"] == states
-    finally:
-        await pc.close()
 
 
 async def test_an_interrupt_is_an_event_and_a_slow_listener_only_loses_its_own():

@@ -17,6 +17,7 @@ import pytest
 
 from gateway.client.peer import GatewayClient
 from gateway.media.sink import DEFAULT_PLAYOUT_ALLOWANCE_S
+from tests.helpers import events_channel_session
 from tests.installed import missing
 
 TOLERANCE_MS = 5  # monotonic -> Unix ms conversion on each side
@@ -82,23 +83,7 @@ async def test_tone_words_arrive_in_order_once_heard(connect, gateway):
 
 
 async def test_the_events_data_channel_carries_word_events_too(gateway):
-    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
-
-    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
-    pc.addTransceiver("audio", direction="recvonly")
-    channel = pc.createDataChannel("events")
-    opened = asyncio.Event()
-    messages: list[dict] = []
-    channel.on("open", opened.set)
-    channel.on("message", lambda m: messages.append(json.loads(m)))
-    try:
-        await pc.setLocalDescription(await pc.createOffer())
-        async with gateway.http.post(f"{gateway.url}/v1/sessions", data=pc.localDescription.sdp,
-                                     headers={"Content-Type": "application/sdp"}) as r:
-            location = gateway.url + r.headers["Location"]
-            answer = await r.text()
-        await pc.setRemoteDescription(RTCSessionDescription(answer, "answer"))
-        await asyncio.wait_for(opened.wait(), 10)
+    async with events_channel_session(gateway) as (location, messages):
         async with gateway.http.post(f"{location}/speech",
                                      json={"text": "alpha beta gamma", "voice": "tone"}) as r:
             uid = (await r.json())["id"]
@@ -107,8 +92,6 @@ async def test_the_events_data_channel_carries_word_events_too(gateway):
         assert [(m["utterance"], m["word"]) for m in words] == [
             (uid, "alpha"), (uid, "beta"), (uid, "gamma")]
         assert all(set(m) == {"type", "utterance", "word", "start_ms", "end_ms"} for m in words)
-    finally:
-        await pc.close()
 
 
 def piper_gateway(start_gateway):
