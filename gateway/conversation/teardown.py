@@ -40,6 +40,7 @@ them (when idle, or once they add up).
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway import aiortc_compat
@@ -80,6 +81,16 @@ def release(session: Session) -> None:
             step(session)
         except Exception:  # one step's failure must not keep the others from running
             log.exception("session %s: teardown step %s failed", session.id, step.__name__)
+
+
+async def close_steps(what: str, steps: Sequence[Callable[[], Awaitable[None]]]) -> None:
+    """Run every closing step of ``what`` in order; one that fails is logged and the next still
+    runs (the peer connection, the recogniser's process, must close whatever came before)."""
+    for step in steps:
+        try:
+            await step()
+        except Exception:
+            log.exception("%s: closing step failed", what)
 
 
 def release_speech(session: Any) -> None:

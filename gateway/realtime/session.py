@@ -62,11 +62,8 @@ class RealtimeSession:
         self.close_reason = reason
         log.info("realtime session %s closing: %s", self.id, reason, extra={"session": self.id})
         try:
-            for step in (self.engine.close, self.conversation.close):
-                try:
-                    await step()
-                except Exception:
-                    log.exception("realtime session %s: closing step failed", self.id)
+            await teardown.close_steps(f"realtime session {self.id}",
+                                       (self.engine.close, self.conversation.close))
         finally:
             self.closed.set()
             if self._on_closed is not None:

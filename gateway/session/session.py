@@ -123,11 +123,7 @@ class Session:
             steps = [self.conversation.close, self.webrtc.close]
             if self.duplex is not None:
                 steps.insert(0, self.duplex.close)
-            for step in steps:
-                try:
-                    await step()
-                except Exception:  # the next step must run: the peer connection must close
-                    log.exception("session %s: closing step failed", self.id)
+            await teardown.close_steps(f"session {self.id}", steps)
         finally:
             self.closed.set()
             if self._on_closed is not None:
