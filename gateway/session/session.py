@@ -95,7 +95,7 @@ class Session:
             raise
         if leg.uplink is not None and duplex is not None:
             session.duplex = duplex.make(conversation)
-            leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm)
+            leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm, frame.at)
                                     if session.duplex is not None else None)
             session.duplex.start()
         return session, answer
