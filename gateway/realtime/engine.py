@@ -418,6 +418,7 @@ class RealtimeEngine:
     def _discard(self, prepared: PreparedReply) -> None:
         self._spawn(prepared.discard(), "realtime-prepare-discard")
 
+    # -- the user's audio as items (turns, or a commit) -----------------------------------------
     def _add_audio_item(self, item: Item) -> None:
         item.transcribed = asyncio.get_running_loop().create_future()
         previous = self.items.add(item)
