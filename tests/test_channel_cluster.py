@@ -76,8 +76,21 @@ async def test_listeners_over_two_workers_and_two_nodes_hear_the_same_frames(nod
                 assert r.status == 200
         async with http.get(f"{origin}/v1/channels/all") as r:
             state = await r.json()
-        # the origin's own HTTP listener plus one link per other worker (3)
-        assert state["listeners"] == {"whep": 1, "http": 4}, state["listeners"]
+        # the origin's own listeners; the other workers' links are not listeners (3)
+        assert state["listeners_here"] == {"whep": 1, "http": 1}, state
+        assert state["mirror_links"] == 3
+        # summed over the four workers of both nodes: 5 HTTP (one via a supervisor), 2 WHEP
+        assert state["listeners"] == {"whep": 2, "http": 5}, state["workers"]
+        assert state["census"]["asked"] == 4 and not state["census"]["partial"]
+        for url in (b.url, a.url, _worker_url(b, 1)):  # any public port, any worker
+            async with http.get(f"{url}/v1/channels") as r:
+                assert r.status == 200
+                listed = await r.json()
+            assert listed["workers"]["answered"] == 4, listed["workers"]
+            entry = {c["name"]: c for c in listed["channels"]}["all"]
+            assert entry["listeners"] == {"whep": 2, "http": 5}
+            assert entry["listener_count"] == 7 and entry["origin"] == origin
+            assert len(entry["workers"]) == 4
         async with http.delete(f"{_worker_url(b, 0)}/v1/channels/all",
                                allow_redirects=True) as r:
             assert r.status == 204
@@ -160,7 +173,9 @@ async def test_a_listeners_worker_dying_loses_only_its_listeners(nodes):
             assert listener.task is not None and not listener.task.done()
         async with http.get(f"{origin}/v1/channels/steady") as r:
             after = await r.json()
-        # the origin lost the dead worker's link, nothing else
+        # the origin lost the dead worker's link, nothing else; the listing lost its listener
+        assert after["mirror_links"] == links_before["mirror_links"] - 1
+        assert after["listeners_here"] == links_before["listeners_here"]
         assert after["listeners"]["http"] == links_before["listeners"]["http"] - 1
         async with http.delete(f"{origin}/v1/channels/steady") as r:
             assert r.status == 204

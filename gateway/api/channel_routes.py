@@ -38,9 +38,12 @@ from gateway.api.routes import (
 )
 from gateway.api.sdp_limits import SdpLimitExceeded
 from gateway.api.speech_http import SEND_BUFFER_BYTES
+from gateway.channels import census
 from gateway.channels.broadcast import Broadcast
+from gateway.channels.census import LOCAL_SCOPE
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
 from gateway.channels.http_listener import HttpListener
+from gateway.channels.mirror import MIRROR_HEADER
 from gateway.channels.registry import (
     ChannelExists,
     ChannelLimitReached,
@@ -134,16 +137,35 @@ async def create_channel(request: web.Request) -> web.Response:
 
 @routes.get("/v1/channels")
 async def list_channels(request: web.Request) -> web.Response:
+    """Every channel of the cluster, its listeners summed over the workers that hold them
+    (channels/census.py); ``?scope=local``: this worker's own view (what the census asks)."""
     grant = grant_of(request)
-    channels = [_summary(request, c) for c in request.app[CHANNELS]
-                if grant.channel is None or c.name == grant.channel]
-    return web.json_response({"channels": channels})
+    registry = request.app[CHANNELS]
+    only = grant.channel
+    if request.query.get("scope") == LOCAL_SCOPE:
+        name = request.query.get("name")
+        if name is not None and only is not None and name != only:
+            return web.json_response(census.local_view(registry, only="\0"))
+        return web.json_response(census.local_view(registry, only=name or only))
+    taken = await census.take(registry, _authorization(request), only)
+    channels = [{**entry, **_links(request, name)}
+                for name, entry in sorted(taken.channels.items())
+                if only is None or name == only]
+    return web.json_response({"channels": channels, "workers": taken.workers_json()})
 
 
 @routes.get("/v1/channels/{name}")
 async def get_channel(request: web.Request) -> web.Response:
     channel = await _channel(request, "listen")
-    return web.json_response({**channel.state(), **_links(request, channel.name)})
+    taken = await census.take(request.app[CHANNELS], _authorization(request), channel.name)
+    state = channel.state()
+    entry = taken.channels.get(channel.name) or {}
+    return web.json_response({
+        **state, "listeners_here": state["listeners"],
+        "listeners": entry.get("listeners", state["listeners"]),
+        "listener_count": entry.get("listener_count", sum(state["listeners"].values())),
+        "workers": entry.get("workers", []), "census": taken.workers_json(),
+        **_links(request, channel.name)})
 
 
 @routes.delete("/v1/channels/{name}")
@@ -284,7 +306,7 @@ async def channel_listen(request: web.Request) -> web.StreamResponse:
     channel = await _listenable(request)
     formatter = _listen_formatter(fmt)
     listener = HttpListener(formatter, request.app[CHANNELS].lag, write_frames=int(batch),
-                            format_name=fmt)
+                            format_name=fmt, mirror_link=MIRROR_HEADER in request.headers)
     try:
         channel.join(listener)
     except ChannelFull as exc:
