@@ -155,7 +155,7 @@ async def _json(gw, path: str) -> dict:
 
 
 async def test_the_listing_sums_each_channels_listeners_over_the_workers(start_gateway):
-    a, b, table = await _pair(start_gateway)
+    a, b, _ = await _pair(start_gateway)
     for gw, name in ((a, "on-a"), (b, "on-b")):
         async with gw.http.post(f"{gw.url}/v1/channels", json={"name": name}) as r:
             assert r.status == 201
