@@ -58,8 +58,12 @@ async def test_listeners_over_two_workers_and_two_nodes_hear_the_same_frames(nod
         public = HttpListener(b.url, "all", http)  # through node b's supervisor
         public.start()
         await public.started.wait()
+        # captions: the words on the origin's and on another node's worker's events
+        captions = [EventReader(url, "all", http) for url in (origin, _worker_url(b, 1))]
+        await asyncio.gather(*(c.started.wait() for c in captions))
         await asyncio.sleep(0.5)  # every mirror's link is up
-        async with http.post(f"{b.url}/v1/channels/all/speech", json={"text": "hi"}) as r:
+        async with http.post(f"{b.url}/v1/channels/all/speech",
+                             json={"text": "hi there"}) as r:
             assert r.status == 202, await r.text()  # proxied, then sent on (307) to origin
         deadline = time.monotonic() + 10
         while len(whep[0].heard.speech()) < 45 or any(
@@ -71,6 +75,8 @@ async def test_listeners_over_two_workers_and_two_nodes_hear_the_same_frames(nod
         reference = whep[0].heard.speech()
         for listener in [*http_listeners, whep[1], public]:
             assert listener.heard.speech() == reference
+        for caption in captions:  # each word once, in order, on both nodes
+            assert [w["word"] for w in caption.of("word")] == ["hi", "there"], caption.events
         for url in urls[1:]:  # one link per worker, whatever its listener count
             async with http.get(f"{url}/healthz") as r:
                 assert r.status == 200
