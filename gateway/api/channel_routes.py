@@ -40,7 +40,7 @@ from gateway.api.sdp_limits import SdpLimitExceeded
 from gateway.api.speech_http import SEND_BUFFER_BYTES
 from gateway.channels import census
 from gateway.channels.broadcast import Broadcast
-from gateway.channels.census import LOCAL_SCOPE
+from gateway.channels.census import LOCAL_VIEW
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
 from gateway.channels.http_listener import HttpListener
 from gateway.channels.mirror import MIRROR_HEADER
@@ -138,20 +138,23 @@ async def create_channel(request: web.Request) -> web.Response:
 @routes.get("/v1/channels")
 async def list_channels(request: web.Request) -> web.Response:
     """Every channel of the cluster, its listeners summed over the workers that hold them
-    (channels/census.py); ``?scope=local``: this worker's own view (what the census asks)."""
-    grant = grant_of(request)
-    registry = request.app[CHANNELS]
-    only = grant.channel
-    if request.query.get("scope") == LOCAL_SCOPE:
-        name = request.query.get("name")
-        if name is not None and only is not None and name != only:
-            return web.json_response(census.local_view(registry, only="\0"))
-        return web.json_response(census.local_view(registry, only=name or only))
-    taken = await census.take(registry, _authorization(request), only)
+    (channels/census.py, which asks each worker's ``LOCAL_VIEW``)."""
+    only = grant_of(request).channel
+    taken = await census.take(request.app[CHANNELS], _authorization(request), only)
     channels = [{**entry, **_links(request, name)}
                 for name, entry in sorted(taken.channels.items())
                 if only is None or name == only]
     return web.json_response({"channels": channels, "workers": taken.workers_json()})
+
+
+@routes.get(LOCAL_VIEW)
+async def local_channels(request: web.Request) -> web.Response:
+    """This worker's own channels and mirrors with their listeners (``?name=``: one)."""
+    only = grant_of(request).channel
+    name = request.query.get("name")
+    if name is not None and only is not None and name != only:
+        return web.json_response({"worker": "", "channels": [], "mirrors": []})
+    return web.json_response(census.local_view(request.app[CHANNELS], only=name or only))
 
 
 @routes.get("/v1/channels/{name}")

@@ -3,9 +3,9 @@
 A channel lives on one worker, its listeners on any: the origin's own, and each other worker's
 through its mirror (whose link the origin does not count as a listener). So ``GET
 /v1/channels`` asks every live worker of the cluster (the locator's list) for its own view
-(``GET /v1/channels?scope=local``: ``local_view``) at once, each bounded by ``timeout_s``, at
-most ``MAX_WORKERS`` of them, and sums each channel's listeners over the origin and its
-mirrors. A worker that does not answer in time is named in ``unreachable`` and its listeners
+(``GET /v1/channels/-/local``: ``local_view``; ``-`` starts no channel name) at once,
+each bounded by ``timeout_s``, at most ``MAX_WORKERS`` of them, and sums each channel's
+listeners over the origin and its mirrors. A worker that does not answer in time is named in ``unreachable`` and its listeners
 are missing from the sums (the answer says it is partial, it does not wait). A lone gateway
 (no locator) is its own cluster.
 """
@@ -23,7 +23,7 @@ import aiohttp
 from gateway.channels.broadcast import Broadcast
 from gateway.channels.locator import LocatorUnavailable
 
-LOCAL_SCOPE = "local"
+LOCAL_VIEW = "/v1/channels/-/local"
 TIMEOUT_S = 1.0  # per worker asked
 MAX_WORKERS = 64  # the most asked for one listing
 MAX_VIEW_BYTES = 1 << 20  # one worker's answer
@@ -81,12 +81,10 @@ class Census:
 
 async def _view_of(http: aiohttp.ClientSession, url: str, headers: dict[str, str],
                    only: str | None, timeout_s: float) -> dict[str, Any] | None:
-    params = {"scope": LOCAL_SCOPE}
-    if only is not None:
-        params["name"] = only
+    params = {} if only is None else {"name": only}
     try:
         async with asyncio.timeout(timeout_s):
-            async with http.get(f"{url}/v1/channels", params=params,
+            async with http.get(f"{url}{LOCAL_VIEW}", params=params,
                                 headers=headers) as response:
                 if response.status != 200:
                     return None
