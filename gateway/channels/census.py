@@ -3,11 +3,11 @@
 A channel lives on one worker, its listeners on any: the origin's own, and each other worker's
 through its mirror (whose link the origin does not count as a listener). So ``GET
 /v1/channels`` asks every live worker of the cluster (the locator's list) for its own view
-(``GET /v1/channels/-/local``: ``local_view``; ``-`` starts no channel name) at once,
-each bounded by ``timeout_s``, at most ``MAX_WORKERS`` of them, and sums each channel's
-listeners over the origin and its mirrors. A worker that does not answer in time is named in ``unreachable`` and its listeners
-are missing from the sums (the answer says it is partial, it does not wait). A lone gateway
-(no locator) is its own cluster.
+(``GET /v1/channels/-/local``: ``local_view``; ``-`` starts no channel name) at once, each
+bounded by ``timeout_s``, at most ``MAX_WORKERS`` of them, and sums each channel's listeners
+over the origin and its mirrors. A worker that does not answer in time is named in
+``unreachable`` and its listeners are missing from the sums (the answer says it is partial,
+it does not wait). A lone gateway (no locator) is its own cluster.
 """
 
 from __future__ import annotations
