@@ -103,7 +103,7 @@ async def whep_mode(n: int, args: argparse.Namespace, tmp: Path, channel: bool
                 "on_time_share_worst": w.get("on_time_share_worst_session"),
                 "lateness_p99_ms": (w.get("lateness_ms") or {}).get("p99"),
                 "loss_share": w.get("loss_share"), "loadgen_cpu_pct": w.get("loadgen_cpu_pct"),
-                "server_rss_kb": w.get("server_rss_kb")}
+                "server_rss_kb": w.get("server_rss_kb"), "loadavg": w.get("loadavg")}
 
     return await _with_server(n, args, tmp, f"whep-{'channel' if channel else 'sessions'}",
                               body)
@@ -170,6 +170,7 @@ async def http_mode(n: int, args: argparse.Namespace, tmp: Path, channel: bool
         seconds = t1 - t0
         return {"server_cpu_pct": round(procstats.cpu_percent(srv0, srv1), 1),
                 "loadgen_cpu_pct": round(procstats.cpu_percent(gen0, gen1), 1),
+                "loadavg": procstats.load_average(),
                 "reads_per_s_per_listener": round(sum(writes) / n / seconds, 1),
                 "max_gap_ms": round(max(gaps) * 1000, 1),
                 "listeners_with_frames": sum(1 for r in readers if r.frames)}
