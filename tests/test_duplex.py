@@ -200,6 +200,7 @@ async def test_an_llm_reply_is_spoken_before_it_is_complete_and_a_failure_is_an_
             "system", "user", "assistant", "user"]
 
 
+@pytest.mark.serial  # the speculation must finish while the model decides: CPU share
 async def test_the_turn_model_ends_a_finished_question(talking):
     pcm = concat(speak("Can you tell me the weather for tomorrow?"), silence(2.0))
     talk = await talking(pcm, turn_detector="smart-turn")

@@ -25,7 +25,7 @@ import pytest
 from tests.browser.conftest import new_page
 from tests.browser.test_nack import measure_with
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]  # Chromium's concealment, compared
 BURSTY = {"test_drop_first_tx_percent": 10.0, "test_drop_burst": 3.0, "test_drop_seed": 11}
 RED = {"red_distance": 2, "red_adaptive": False}
 NO_RED = {"red_distance": 0}
