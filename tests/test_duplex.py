@@ -16,8 +16,11 @@ from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, sp
 from tests.installed import need_module, needs
 
 faster_whisper = need_module("faster_whisper", "the [listen] extra")
+# serial: Whisper and the VAD on the CPU against a microphone paced in real time (barge-in's
+# 80-200 ms pause, the speculation finished while the turn model decides)
 pytestmark = [
     pytest.mark.asr,
+    pytest.mark.serial,
     needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
 ]
 
@@ -200,7 +203,6 @@ async def test_an_llm_reply_is_spoken_before_it_is_complete_and_a_failure_is_an_
             "system", "user", "assistant", "user"]
 
 
-@pytest.mark.serial  # the speculation must finish while the model decides: CPU share
 async def test_the_turn_model_ends_a_finished_question(talking):
     pcm = concat(speak("Can you tell me the weather for tomorrow?"), silence(2.0))
     talk = await talking(pcm, turn_detector="smart-turn")
