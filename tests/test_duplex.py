@@ -152,7 +152,10 @@ async def test_talking_over_a_reply_cuts_it_but_a_noise_burst_does_not(talking):
     # the user's first voiced frame as the gateway heard it -> the reply paused: 100 ms of
     # voice and at most 100 ms more (the VAD's 32 ms window, a frame or two) ...
     paused_heard_at, paused_at = session.duplex.last_pause
-    assert 0.08 <= paused_at - paused_heard_at <= 0.1 + 0.1, paused_at - paused_heard_at
+    # (arrival times: 80 ms nominal from the onset frame's arrival, so the lower bound leaves a
+    # frame of network jitter -- 0.08 failed at 79.1 and 79.7 ms; a pause on the onset itself
+    # would be 0-20 ms)
+    assert 0.06 <= paused_at - paused_heard_at <= 0.1 + 0.1, paused_at - paused_heard_at
     # ... -> cut: the voice went on while paused (100 ms of grace + 600 ms), or words heard
     # (speech has gaps, and the partial transcript may come first: a loose bound)
     heard_at, cut_at = session.duplex.last_barge_in
