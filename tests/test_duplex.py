@@ -249,7 +249,7 @@ async def test_talking_over_pauses_first_and_the_history_keeps_what_the_client_r
     await talk.until(lambda: talk.of("interrupted"), timeout=15)
     # the pause came within 100 ms voiced + the VAD's window and a frame or two of the onset
     heard_at, paused_at = session.duplex.last_pause
-    assert 0.08 <= paused_at - heard_at <= 0.1 + 0.1, paused_at - heard_at
+    assert 0.06 <= paused_at - heard_at <= 0.1 + 0.1, paused_at - heard_at  # (jitter: above)
     await talk.until(lambda: len([t for t in talk.of("transcript") if t["final"]]) >= 2)
     (first, *_rest) = session.duplex.turns
     assert first.interrupted and first.heard_text is not None
