@@ -76,8 +76,20 @@ run: $(RUN_STAMP) $(SMART_TURN)
 debian:
 	@.ci/install-debian.sh
 
+# Two passes (tests/README.md): everything not marked `serial` spread over TEST_JOBS processes
+# (most tests wait on paced audio, not the CPU, so more processes than cores pay), then the
+# `serial` ones alone. Both always run and report; either failing fails `make test` (no test
+# selected, pytest's 5, is not a failure: PYTEST_ARGS may select none of one pass).
+# PYTEST_ARGS passes more, e.g. `make test PYTEST_ARGS="-x -k cluster"`.
+TEST_JOBS ?= 4
+PYTEST_ARGS ?=
 test: $(TEST_STAMP) debian $(CLIENTS_STAMP) $(SMART_TURN)
-	$(BIN)/pytest
+	@status=0; \
+	$(BIN)/pytest -n $(TEST_JOBS) --dist loadfile -m "not serial" $(PYTEST_ARGS); \
+	rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	$(BIN)/pytest -p no:xdist -m serial $(PYTEST_ARGS); \
+	rc=$$?; [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=$$rc; \
+	exit $$status
 
 # The inner loop: unit, NACK, fuzz (a few hundred examples each) and API tests, no browser,
 # no voice model.

@@ -25,8 +25,36 @@ from gateway.client.peer import GatewayClient
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+_PORTS = random.SystemRandom()  # not the module's generator: a test may seed that one
+
+
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out for port 0 and outgoing connections."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now (TCP and UDP) for a server bound later, often by another process.
+
+    Drawn at random from below the kernel's ephemeral range, so no outgoing connection or port-0
+    bind (this process's, or a test's running beside it under pytest-xdist) can be handed it
+    before the server binds; random, so parallel callers rarely draw the same one.
+    """
+    low = max(1024, min(_ephemeral_low(), 65536) - 12_000)
+    high = max(low + 1000, _ephemeral_low())
+    for _ in range(200):
+        port = _PORTS.randrange(low, high)
+        try:
+            for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+                with socket.socket(socket.AF_INET, kind) as s:
+                    s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return port
+    with socket.socket() as s:  # (a crowded range: the kernel's choice)
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -96,21 +96,17 @@ async def test_workers_of_a_node_share_the_session_limit():
        "(Debian; .ci/install-debian.sh)")
 async def test_gateways_sharing_redis_share_the_buckets(start_gateway, tmp_path):
     from bench.common import free_port
+    from tests.test_cluster import RedisServer
 
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    redis = RedisServer(free_port(), tmp_path / "redis.log")
     try:
-        url = f"redis://127.0.0.1:{port}/0"
-        await asyncio.sleep(0.5)
-        one = await start_gateway(redis_url=url, rate_limit_sessions=0.1)
-        two = await start_gateway(redis_url=url, rate_limit_sessions=0.1)
+        redis.start()  # until it answers PING (a fixed sleep was a race under load)
+        one = await start_gateway(redis_url=redis.url, rate_limit_sessions=0.1)
+        two = await start_gateway(redis_url=redis.url, rate_limit_sessions=0.1)
         urls = [f"{g.url}/v1/sessions" for g in (one, two, one, two)]
         statuses = await _statuses(one.http, urls)
     finally:
-        redis.terminate()
-        redis.wait(10)
+        redis.stop()
     assert statuses == [201, 429, 429, 429], statuses
 
 

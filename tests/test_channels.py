@@ -102,6 +102,7 @@ async def test_whep_and_http_listeners_hear_the_same_frames_encoded_once(gateway
         await w.close()
 
 
+@pytest.mark.serial  # frame counts after real-time sleeps
 async def test_a_late_joiner_starts_mid_stream(gateway):
     gw = gateway
     await _create(gw, "late", voice="long")

@@ -43,7 +43,9 @@ from gateway.rtp.seqnum import seq_diff
 from tests.browser.conftest import browser, page, playwright_driver  # noqa: F401 (fixtures)
 from tests.installed import missing
 
-pytestmark = pytest.mark.timeout(150)
+# serial: a killed worker's neighbours must keep their 20 ms pace (gaps < 250 ms) across
+# processes, and the module's cluster fixture is started once
+pytestmark = [pytest.mark.timeout(150), pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parent.parent
 LOOPBACK = "127.0.0.1"

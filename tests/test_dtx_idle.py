@@ -106,6 +106,7 @@ async def test_idle_dtx_then_a_talkspurt_sent_at_once(dtx_gateway):
         await client.close()
 
 
+@pytest.mark.serial  # real-time pacing: the first frames sent early, counted
 async def test_talkspurt_timestamps_keep_following_real_time(dtx_gateway):
     """Each restart moves the RTP clock with the schedule: over many talkspurts the first
     packets' timestamps stay in step with their send times. (Were the restarted slot to keep

@@ -16,8 +16,11 @@ from gateway.testing.spoken_audio import concat, have_espeak, noise, silence, sp
 from tests.installed import need_module, needs
 
 faster_whisper = need_module("faster_whisper", "the [listen] extra")
+# serial: Whisper and the VAD on the CPU against a microphone paced in real time (barge-in's
+# 80-200 ms pause, the speculation finished while the turn model decides)
 pytestmark = [
     pytest.mark.asr,
+    pytest.mark.serial,
     needs("espeak-ng", have_espeak(), "speaks the questions (Debian)"),
 ]
 
@@ -149,7 +152,10 @@ async def test_talking_over_a_reply_cuts_it_but_a_noise_burst_does_not(talking):
     # the user's first voiced frame as the gateway heard it -> the reply paused: 100 ms of
     # voice and at most 100 ms more (the VAD's 32 ms window, a frame or two) ...
     paused_heard_at, paused_at = session.duplex.last_pause
-    assert 0.08 <= paused_at - paused_heard_at <= 0.1 + 0.1, paused_at - paused_heard_at
+    # (arrival times: 80 ms nominal from the onset frame's arrival, so the lower bound leaves a
+    # frame of network jitter -- 0.08 failed at 79.1 and 79.7 ms; a pause on the onset itself
+    # would be 0-20 ms)
+    assert 0.06 <= paused_at - paused_heard_at <= 0.1 + 0.1, paused_at - paused_heard_at
     # ... -> cut: the voice went on while paused (100 ms of grace + 600 ms), or words heard
     # (speech has gaps, and the partial transcript may come first: a loose bound)
     heard_at, cut_at = session.duplex.last_barge_in
@@ -243,7 +249,7 @@ async def test_talking_over_pauses_first_and_the_history_keeps_what_the_client_r
     await talk.until(lambda: talk.of("interrupted"), timeout=15)
     # the pause came within 100 ms voiced + the VAD's window and a frame or two of the onset
     heard_at, paused_at = session.duplex.last_pause
-    assert 0.08 <= paused_at - heard_at <= 0.1 + 0.1, paused_at - heard_at
+    assert 0.06 <= paused_at - heard_at <= 0.1 + 0.1, paused_at - heard_at  # (jitter: above)
     await talk.until(lambda: len([t for t in talk.of("transcript") if t["final"]]) >= 2)
     (first, *_rest) = session.duplex.turns
     assert first.interrupted and first.heard_text is not None

@@ -6,6 +6,7 @@ import itertools
 import statistics
 
 import numpy as np
+import pytest
 
 from gateway.client.capture import decode
 from gateway.media.framer import Framer
@@ -50,6 +51,7 @@ async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
         assert session.webrtc.store.lookup(p.seq % 65536).payload == p.payload
 
 
+@pytest.mark.serial  # packet spacing is real-time pacing
 async def test_timestamps_step_960_and_packets_are_paced(connect):
     client = await connect()
     await client.capture.wait_packets(3)  # the idle stream is flowing before any speech

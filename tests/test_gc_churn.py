@@ -80,6 +80,7 @@ def lenient_consent():
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.serial  # the live streams' worst pause in CPU ms
 async def test_churn_never_pauses_live_streams_and_memory_stays_flat(start_gateway,
                                                                      lenient_consent,
                                                                      monkeypatch):

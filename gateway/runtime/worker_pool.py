@@ -124,8 +124,12 @@ class WorkerPool:
                 return
         if not sys.platform.startswith("linux") or self.nice <= 0:
             return  # elsewhere setpriority(PRIO_PROCESS, tid) would renice the whole process
+        tid = threading.get_native_id()
         with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
+            # relative to the thread's niceness (the process's): a gateway started under
+            # `nice -n 15` keeps its workers below its loop, not raised to ``self.nice``
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid)
+                                                     + self.nice))
 
     def _work(self) -> None:
         self._lower_priority()

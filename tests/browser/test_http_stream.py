@@ -24,7 +24,8 @@ from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 from tests.browser.conftest import connect, open_demo, speak
 
-pytestmark = pytest.mark.browser
+# serial: Chromium playing a paced HTTP stream, its underruns counted (0, or 100-700 ms)
+pytestmark = [pytest.mark.browser, pytest.mark.serial]
 
 TONE_FRAMES = 50  # the "tone" voice: 1 s of 440 Hz at 0.3 full scale, 20 ms frames
 # within one bin of the page's 8192-point FFT (5.9 Hz at 48 kHz): a render hiccup of the VM's

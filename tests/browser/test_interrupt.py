@@ -20,7 +20,7 @@ import pytest
 
 from tests.browser.conftest import connect, open_demo, speak, wait_stats
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]  # silence within 100 ms in Chromium
 
 TRIALS = 5
 LIMIT_MS = 100.0  # click -> silence, beyond what Chromium's jitter buffer holds (median)

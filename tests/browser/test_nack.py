@@ -13,7 +13,7 @@ import pytest
 
 from tests.browser.conftest import connect, new_page, open_demo, speak, wait_packets
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]  # Chromium's concealment, compared
 
 
 DROP_PERCENT = 5.0

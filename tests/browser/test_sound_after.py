@@ -19,7 +19,7 @@ from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 from tests.browser.conftest import connect, open_demo, speak
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.serial]  # Chromium's onset within 300 ms
 
 TONE_MS = 2000.0
 
