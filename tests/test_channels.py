@@ -135,6 +135,7 @@ async def test_a_late_joiner_starts_mid_stream(gateway):
     await late_whep.close()
 
 
+@pytest.mark.serial  # the others' frame rate after real-time sleeps
 async def test_a_stalled_reader_is_dropped_and_the_others_keep_hearing(gateway, monkeypatch):
     monkeypatch.setattr(channel_routes, "SEND_BUFFER_BYTES", 4096)  # fill the socket sooner
     gw = gateway
