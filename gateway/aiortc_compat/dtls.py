@@ -126,3 +126,32 @@ def release_dtls(transport: RTCDtlsTransport) -> bool:
 
 def dtls_released(transport: RTCDtlsTransport) -> bool:
     return isinstance(getattr(transport, "_ssl", None), _ReleasedDtls)
+
+
+# --- SRTP: the compiled send path's handles on libsrtp (gateway/net/sendpath.py) -------------
+
+
+def srtp_protect_address() -> int | None:
+    """The address of libsrtp's ``srtp_protect`` inside pylibsrtp's cffi module (libsrtp 2's
+    ``(srtp_t, void *, int *)`` signature), None if pylibsrtp's internals moved."""
+    binding = getattr(pylibsrtp, "_binding", None)
+    if binding is None or not hasattr(binding.lib, "srtp_protect"):
+        return None
+    ffi = binding.ffi
+    try:
+        pointer = ffi.addressof(binding.lib, "srtp_protect")
+        if "int *" not in ffi.getctype(ffi.typeof(pointer)):
+            return None  # another libsrtp API (3.x takes sizes, not an int *)
+        return int(ffi.cast("uintptr_t", pointer))
+    except (AttributeError, TypeError, ffi.error):
+        return None
+
+
+def srtp_session_address(session: pylibsrtp.Session) -> int | None:
+    """The address of a pylibsrtp session's ``srtp_t`` (``Session._srtp[0]``): the one stream
+    state (ROC, replay window) its own ``protect`` and the compiled path both use."""
+    srtp = getattr(session, "_srtp", None)
+    binding = getattr(pylibsrtp, "_binding", None)
+    if srtp is None or binding is None:
+        return None
+    return int(binding.ffi.cast("uintptr_t", srtp[0]))

@@ -152,6 +152,15 @@ class GatewayConfig:
         env="SENDMMSG",
         group=NET,
     )
+    send_path: str = opt(
+        "auto",
+        "how RTP is protected and sent: compiled (headers patched, SRTP and one sendmmsg a "
+        "tick in a C extension built at install or first start; an error if it cannot be), "
+        "python (the pure-Python batch path), auto (compiled where it builds, else python; "
+        "the choice is logged and in /healthz)",
+        choices=("auto", "compiled", "python"),
+        group=NET,
+    )
     ice_hosts: tuple[str, ...] = opt(
         (),
         "comma-separated addresses for ICE host candidates; "
