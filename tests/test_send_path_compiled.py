@@ -45,7 +45,7 @@ def templates() -> tuple[RtpHeaderTemplate, RtpHeaderTemplate, RtpHeaderTemplate
 
 def _params() -> object:
     class Params:
-        headerExtensions = [  # noqa: N815 (aiortc's name)
+        headerExtensions = [
             RTCRtpHeaderExtensionParameters(
                 id=1, uri="urn:ietf:params:rtp-hdrext:sdes:mid"),
             RTCRtpHeaderExtensionParameters(
