@@ -742,7 +742,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     us = (rung.get(phase) or {}).get("server_cpu_us_per_packet")
                     if us:
                         print(f"  {kind} N={rung['n']} {phase}: {us:.1f} µs/packet = "
-                              f"{us / best['floor']:.2f} × floor (target ≤ 2.0)")
+                              f"{us / best['floor']:.2f}x the floor (target ≤ 2.0)")
     for kind, s in data["summary"].items():
         print(f"{kind}: held up to N={s['max_n_held']}, broke at N={s['broke_at']}; "
               f"RSS per added stream {s['rss_silent']['kb_per_stream']} KB (silent), "
