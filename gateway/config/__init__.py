@@ -621,9 +621,6 @@ RENAMED = {
     "GATEWAY_KEEP_DTLS_STATE": "use GATEWAY_RELEASE_DTLS=0",
     "GATEWAY_RED_ALWAYS": "use GATEWAY_RED_ADAPTIVE=0",
     "GATEWAY_NO_NACK": "use GATEWAY_NACK=0",
-    "--send-path": "removed: every stream is sent from the shared tick (webrtc/batch_sender.py); "
-    "the stock aiortc design to compare with is bench/baseline_server.py",
-    "GATEWAY_SEND_PATH": "removed with --send-path",
 }
 
 
