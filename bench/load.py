@@ -451,7 +451,8 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> 
     except ImportError:
         return None
     fig, (ax_cpu, ax_ok) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange"}
+    styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange",
+              "gateway-python": "tab:green"}
     phases = ["speaking", "silent"] if speech else ["silent"]
     for kind, rungs in results.items():
         for phase in phases:
