@@ -45,12 +45,14 @@ $(BIN)/python:
 # for /docs is a hard dependency, from PyPI: no npm on the run path).
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e ".[voice,listen,speed]"
+	$(BIN)/python -m gateway.net.sendpath  # the compiled send path (no compiler: Python path)
 	touch $@
 
 # ... and the dev tools the tests, benches and linters use (after the Debian parts: pesq builds
 # from source with gcc).
 $(TEST_STAMP): pyproject.toml | $(BIN)/python debian
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
+	$(BIN)/python -m gateway.net.sendpath
 	touch $@
 
 $(CLIENTS_STAMP): tests/clients/requirements.txt

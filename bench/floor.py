@@ -9,7 +9,13 @@
 - ``srtp``: SRTP protect (AES-128-CM, HMAC-SHA1-80, as DTLS-SRTP negotiates with Chromium) of a
   120-byte RTP packet through pylibsrtp, and through the gateway's direct call
   (``aiortc_compat.srtp_protector``);
-- ``floor``: sendmmsg + the direct SRTP protect: what a perfect sender pays per packet.
+- ``floor``: sendmmsg + the direct SRTP protect: what a perfect sender pays per packet;
+- ``path_python`` / ``path_compiled``: the gateway's send step for one packet of a tick, as the
+  batch path runs it -- the header patched from the stream's template, SRTP, the tick's packets
+  in one ``sendmmsg`` -- in pure Python (``RtpHeaderTemplate.build``, ``srtp_protector``,
+  ``BatchSocket.send``) and through the compiled send path (``net/sendpath.py``: one
+  ``gw_stage`` call a packet, one ``gw_flush`` a tick); each printed with its ratio to
+  ``floor``.
 
 Every density figure (bench.load, bench.cluster) is to be read beside this floor measured in
 the same run: machines here drift 2-3x from one day to the next (docs/density.md). Prints a
@@ -28,7 +34,8 @@ from pathlib import Path
 import pylibsrtp
 
 from gateway import aiortc_compat
-from gateway.net import sendmmsg
+from gateway.net import sendmmsg, sendpath
+from gateway.rtp.header import RtpHeaderTemplate
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAYLOAD = 108  # + a 12-byte RTP header: 120 bytes, a 32 kbit/s Opus frame's packet
@@ -111,37 +118,113 @@ def measure_send(packets: int, batch: int, use_sendmmsg: bool) -> float:
     return spent / sent * 1e6
 
 
+def _template() -> RtpHeaderTemplate:
+    """A 12-byte header + a one-byte extension block with mid and abs-send-time (as negotiated
+    with Chromium): 24 bytes, abs-send-time at 17."""
+    header = bytes([0x90, 111, 0, 0, 0, 0, 0, 0]) + (0x1234ABCD).to_bytes(4, "big")
+    header += bytes([0xBE, 0xDE, 0, 2, 0x10, ord("0"), 0x32, 0, 0, 0, 0, 0])
+    return RtpHeaderTemplate(header, 17)
+
+
+def measure_path(packets: int, batch: int, compiled: bool) -> float | None:
+    """CPU µs per packet of the send step: ``batch`` packets (one per stream) patched,
+    protected and sent in one ``sendmmsg`` per round, the receiving socket drained outside the
+    timed part. None when the path is not available here."""
+    module = sendpath.load() if compiled else None
+    protect_address = aiortc_compat.srtp_protect_address()
+    if compiled and (module is None or protect_address is None):
+        return None
+    if not compiled and not sendmmsg.available():
+        return None
+    sink, addr = _sink()
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+    template = _template()
+    sessions = [srtp_session() for _ in range(batch)]  # a stream each, as in the gateway
+    payload = bytes(PAYLOAD - 12)  # 120-byte packets with the 24-byte header
+    spent, sent, seq = 0.0, 0, 0
+    try:
+        if compiled:
+            assert module is not None and protect_address is not None
+            staging = sendpath.CompiledBatch(module, out.fileno(), protect_address,
+                                             pylibsrtp.SRTP_MAX_TRAILER_LEN)
+            raw = sendmmsg.sockaddr_bytes(addr)
+            assert raw is not None
+            streams = [staging.new_stream(template.raw, template.ast_at,
+                                          aiortc_compat.srtp_session_address(s) or 0, raw)
+                       for s in sessions]
+            stage, b1 = staging.stage, template.second_byte
+            while sent < packets:
+                start = _cpu()
+                for stream in streams:
+                    stage(stream, b1, seq, seq * 960, seq, payload)
+                staging.flush()
+                spent += _cpu() - start
+                sent += batch
+                seq = (seq + 1) & 0xFFFF
+                _drain(sink)
+        else:
+            batcher = sendmmsg.BatchSocket(out.fileno())
+            name = sendmmsg.sockaddr(addr)
+            protects = [aiortc_compat.srtp_protector(s) for s in sessions]
+            build = template.build
+            while sent < packets:
+                start = _cpu()
+                datagrams, names = [], []
+                ast = seq.to_bytes(3, "big")
+                for protect in protects:
+                    datagrams.append(protect(build(seq, seq * 960, ast, payload)))
+                    names.append(name)
+                batcher.send(datagrams, names)
+                spent += _cpu() - start
+                sent += batch
+                seq = (seq + 1) & 0xFFFF
+                _drain(sink)
+    finally:
+        out.close()
+        sink.close()
+    return spent / sent * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--core", type=int, default=0, help="the core to pin to (the gateway's)")
     parser.add_argument("--packets", type=int, default=200_000)
     parser.add_argument("--streams", type=int, default=500, help="datagrams per sendmmsg call")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best is kept")
+    parser.add_argument("--out", default=str(RESULTS / "floor.json"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
     runs: dict[str, list[float]] = {"sendmmsg": [], "sendto": [], "srtp_pylibsrtp": [],
-                                    "srtp_direct": []}
+                                    "srtp_direct": [], "path_python": [], "path_compiled": []}
     for _ in range(args.repeat):
         if sendmmsg.available():
             runs["sendmmsg"].append(measure_send(args.packets, args.streams, True))
         runs["sendto"].append(measure_send(args.packets // 4, args.streams, False))
         runs["srtp_pylibsrtp"].append(measure_srtp(args.packets, direct=False))
         runs["srtp_direct"].append(measure_srtp(args.packets, direct=True))
+        for compiled in (False, True):
+            value = measure_path(args.packets, args.streams, compiled)
+            if value is not None:
+                runs["path_compiled" if compiled else "path_python"].append(value)
     best = {name: min(values) for name, values in runs.items() if values}
     send = best.get("sendmmsg", best["sendto"])
     best["floor"] = send + best["srtp_direct"]
+    ratios = {name: best[name] / best["floor"] for name in ("path_python", "path_compiled")
+              if name in best}
     print(f"machine floor per RTP packet on core {args.core} (CPU µs, best of {args.repeat}; "
           f"load average {os.getloadavg()[0]:.2f})")
     print(f"{'what':<16} {'µs/packet':>10}  runs")
     for name, value in best.items():
         shown = ", ".join(f"{v:.2f}" for v in runs.get(name, []))
-        print(f"{name:<16} {value:>10.2f}  {shown}")
+        ratio = f"  (÷ floor: {ratios[name]:.2f})" if name in ratios else ""
+        print(f"{name:<16} {value:>10.2f}  {shown}{ratio}")
     print("target (issue 28): the gateway's µs/packet ÷ floor ≤ 2.0")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "floor.json"
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"core": args.core, "streams_per_call": args.streams,
-                               "best_us": best, "runs_us": runs,
+                               "best_us": best, "runs_us": runs, "ratio_to_floor": ratios,
                                "loadavg": os.getloadavg(), "at": time.time()}, indent=2))
     print(f"wrote {out}")
 

@@ -21,6 +21,12 @@ count against the server (they are reported: ``loadgen_hook_delay_ms``).
 
     python -m bench.load [--ladder 50,100,250] [--window 10] [--server gateway|baseline|both]
     python -m bench.load --server designs --ladder 250,500,750,1000   # issue 16
+    python -m bench.load --server paths --floor --ladder 500,1000   # issue 28
+
+``--server paths`` compares the send paths rung by rung: ``gateway`` (``--send-path auto``: the
+compiled path where it builds) against ``gateway-python`` (``--send-path python``). ``--floor``
+measures the machine's floor (bench/floor.py) on the server's core before the ladder and prints
+every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0).
 
 ``--server designs`` compares the gateway's two UDP designs in one run, rung by rung
 (interleaved, so a drifting VM moves both alike): ``gateway`` (every session on one shared UDP
@@ -61,7 +67,8 @@ REPO = Path(__file__).resolve().parent.parent  # the processes run from here (py
 DEFAULT_LADDER = "10,25,50,100,250,500,750,1000"
 SERVERS = ("gateway", "baseline")
 DESIGNS = ("gateway", "gateway-nomux")  # the shared UDP socket against one per session
-KIND_FLAGS = {"gateway-nomux": ["--no-udp-mux"]}
+PATHS = ("gateway", "gateway-python")  # the compiled send path (auto) against the Python one
+KIND_FLAGS = {"gateway-nomux": ["--no-udp-mux"], "gateway-python": ["--send-path", "python"]}
 
 
 def tone_wav(path: Path, seconds: float, hz: float = 440.0, rate: int = 24_000) -> Path:
@@ -444,7 +451,8 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> 
     except ImportError:
         return None
     fig, (ax_cpu, ax_ok) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange"}
+    styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange",
+              "gateway-python": "tab:green"}
     phases = ["speaking", "silent"] if speech else ["silent"]
     for kind, rungs in results.items():
         for phase in phases:
@@ -519,6 +527,20 @@ def print_design_table(rows: list[dict[str, Any]]) -> None:
               f"{'BROKE: ' + '; '.join(d['broken']) if d['broken'] else 'ok'}")
 
 
+def measure_floor(core: int) -> dict[str, Any] | None:
+    """bench/floor.py on the server's core, in a child process (pinned as the server is)."""
+    out = Path(tempfile.mkdtemp(prefix="bench-floor-")) / "floor.json"
+    cmd = [sys.executable, "-m", "bench.floor", "--core", str(max(core, 0)), "--packets",
+           "100000", "--repeat", "2", "--out", str(out)]
+    print("measuring the machine's floor on the server's core ...", flush=True)
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    print(done.stdout, end="", flush=True)
+    if done.returncode != 0 or not out.exists():
+        print(f"floor not measured: {done.stderr[-500:]}", flush=True)
+        return None
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
 def what_gateway_speaks(mode: str, phrase_s: float) -> str:
     phrase = (f"a {phrase_s:g} s 440 Hz tone (24 kHz mono WAV voice), the same text queued "
               "back to back")
@@ -531,7 +553,9 @@ def what_gateway_speaks(mode: str, phrase_s: float) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ladder = sorted({int(x) for x in args.ladder.split(",") if x.strip()})
-    kinds = {"both": SERVERS, "designs": DESIGNS}.get(args.server, (args.server,))
+    kinds = {"both": SERVERS, "designs": DESIGNS, "paths": PATHS}.get(args.server,
+                                                                      (args.server,))
+    floor = measure_floor(args.server_cpu) if args.floor else None
     speech = not args.no_speech
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     discarded: list[dict[str, Any]] = []  # broken under contention, then measured again
@@ -595,6 +619,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for kind, rungs in results.items()
     }
     return {
+        "floor": floor,
         "what_speaks": {
             "gateway": what_gateway_speaks(mode, args.phrase_s) if speech else None,
             "gateway_silent_window": "the gateway's pre-encoded silence packet (no synthesis, "
@@ -629,7 +654,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--window", type=float, default=10.0, help="speaking window, s")
     parser.add_argument("--silent-window", type=float, default=4.0,
                         help="window with all sessions connected, before speech (0: skip), s")
-    parser.add_argument("--server", choices=[*SERVERS, *DESIGNS[1:], "both", "designs"],
+    parser.add_argument("--floor", action="store_true",
+                        help="measure the machine's floor (bench/floor.py) on the server's core "
+                        "first; print each gateway rung's µs/packet ÷ floor")
+    parser.add_argument("--server", choices=[*SERVERS, *DESIGNS[1:], *PATHS[1:], "both",
+                                             "designs", "paths"],
                         default="both",
                         help="both: gateway and stock aiortc; designs: the gateway with its "
                         "shared UDP socket against one socket per session (--no-udp-mux)")
@@ -701,6 +730,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("slot wait", "frame_queued_to_sent"))
                      if (probe.get(key) or {}).get("median") is not None]
             print(f"gateway overhead at N={rung['n']}: " + "; ".join(parts))
+    floor = data.get("floor")
+    if floor:
+        best = floor["best_us"]
+        print(f"floor on core {floor['core']}: {best['floor']:.2f} µs/packet (sendmmsg "
+              f"{best.get('sendmmsg', best['sendto']):.2f} + SRTP {best['srtp_direct']:.2f}); "
+              f"send step alone: python {best.get('path_python', 0):.2f}, compiled "
+              f"{best.get('path_compiled', 0):.2f}; load average {floor['loadavg'][0]:.2f}")
+        for kind, rungs in data["results"].items():
+            for rung in rungs:
+                for phase in ("silent", "speaking"):
+                    us = (rung.get(phase) or {}).get("server_cpu_us_per_packet")
+                    if us:
+                        print(f"  {kind} N={rung['n']} {phase}: {us:.1f} µs/packet = "
+                              f"{us / best['floor']:.2f}x the floor (target ≤ 2.0)")
     for kind, s in data["summary"].items():
         print(f"{kind}: held up to N={s['max_n_held']}, broke at N={s['broke_at']}; "
               f"RSS per added stream {s['rss_silent']['kb_per_stream']} KB (silent), "

@@ -31,7 +31,7 @@ def test_no_import_circles():
 
 def test_few_modules_at_the_root():
     loose = sorted(p.name for p in (ROOT / "gateway").glob("*.py"))
-    assert loose == ["__init__.py", "__main__.py", "aiortc_compat.py", "cli.py"]
+    assert loose == ["__init__.py", "__main__.py", "cli.py"]
 
 
 def test_every_package_says_what_it_holds():

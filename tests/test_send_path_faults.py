@@ -108,6 +108,7 @@ async def test_async_sends_without_a_direct_socket_are_bounded(gateway, monkeypa
         stream = session.webrtc.transmitter
         monkeypatch.setattr(batch_sender.aiortc_compat, "send_unprotected", slow_send)
         stream._direct = None  # as on a TURN relay: no plain UDP socket to send on directly
+        stream._compiled = None  # (nor a shared socket's compiled batch)
         target = stream.stats.frames_sent + batch_sender.MAX_PENDING_ASYNC + 10
         # packets come due on the stream's wall clock: wait for that many on the wire's schedule
         await asyncio.sleep((target - stream.stats.frames_sent) * 0.02 + 0.1)

@@ -86,8 +86,10 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         duplex = DuplexFactory(config.hearing_options(), app[VOICES].get(config.reply_voice))
     udp_mux = None
     if config.udp_mux:
+        compiled, reason = aiortc_compat.resolve_send_path(config.send_path)
         udp_mux = MuxGroup(aiortc_compat.host_addresses(), config.udp_port,
-                           use_sendmmsg=config.udp_sendmmsg)
+                           use_sendmmsg=config.udp_sendmmsg, compiled=compiled,
+                           send_path_reason=reason)
     METRICS.udp_mux.source = udp_mux.stats if udp_mux is not None else None
     METRICS.ice_consent.source = aiortc_compat.CONSENT.as_json
     app[REGISTRY] = SessionRegistry(

@@ -456,6 +456,8 @@ async def healthz(request: web.Request) -> web.Response:
     if watch is not None:
         body["stalls"] = {"count": watch.stats.stalls, "max_ms": watch.stats.max_stall_ms}
     body["metrics"] = METRICS.snapshot()
+    # how RTP is protected and sent (--send-path): compiled, or python (the fallback)
+    body["send_path"] = "python" if registry.udp_mux is None else registry.udp_mux.send_path
     if registry.udp_mux is not None:
         body["udp_mux"] = registry.udp_mux.stats()
     if METRICS.ice_consent.source is not None:

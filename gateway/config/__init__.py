@@ -153,6 +153,15 @@ class GatewayConfig:
         env="SENDMMSG",
         group=NET,
     )
+    send_path: str = opt(
+        "auto",
+        "how RTP is protected and sent: compiled (headers patched, SRTP and one sendmmsg a "
+        "tick in a C extension built at install or first start; an error if it cannot be), "
+        "python (the pure-Python batch path), auto (compiled where it builds, else python; "
+        "the choice is logged and in /healthz)",
+        choices=("auto", "compiled", "python"),
+        group=NET,
+    )
     ice_hosts: tuple[str, ...] = opt(
         (),
         "comma-separated addresses for ICE host candidates; "
@@ -613,9 +622,6 @@ RENAMED = {
     "GATEWAY_KEEP_DTLS_STATE": "use GATEWAY_RELEASE_DTLS=0",
     "GATEWAY_RED_ALWAYS": "use GATEWAY_RED_ADAPTIVE=0",
     "GATEWAY_NO_NACK": "use GATEWAY_NACK=0",
-    "--send-path": "removed: every stream is sent from the shared tick (webrtc/batch_sender.py); "
-    "the stock aiortc design to compare with is bench/baseline_server.py",
-    "GATEWAY_SEND_PATH": "removed with --send-path",
 }
 
 

@@ -63,6 +63,15 @@ def sockaddr(addr: tuple[str, int]) -> tuple[Any, int] | None:
     """A C ``sockaddr_in``/``sockaddr_in6`` for ``addr`` (None if it is not a numeric address)."""
     if not _load():
         return None
+    raw = sockaddr_bytes(addr)
+    if raw is None:
+        return None
+    return _ffi.new("char[]", raw), len(raw)
+
+
+def sockaddr_bytes(addr: tuple[str, int]) -> bytes | None:
+    """The bytes of Linux's ``sockaddr_in``/``sockaddr_in6`` for ``addr`` (None if it is not a
+    numeric address)."""
     host, port = addr[0], addr[1]
     try:
         if ":" in host:
@@ -73,7 +82,7 @@ def sockaddr(addr: tuple[str, int]) -> tuple[Any, int] | None:
                    + socket.inet_pton(socket.AF_INET, host) + bytes(8))
     except (OSError, OverflowError):
         return None
-    return _ffi.new("char[]", raw), len(raw)
+    return raw
 
 
 class BatchSocket:

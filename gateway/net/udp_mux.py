@@ -13,7 +13,9 @@ Anything the tables do not name is dropped and counted (``MuxStats``). Closing a
 removes every entry of it. Addresses per endpoint and transactions in flight are bounded.
 
 Datagrams queued with ``send_batched`` (the RTP of one tick) leave together after the current
-callback: one ``sendmmsg`` (net/sendmmsg.py) where available, else one ``sendto`` each.
+callback: one ``sendmmsg`` (net/sendmmsg.py) where available, else one ``sendto`` each. With the
+compiled send path (net/sendpath.py, ``compiled_batch``) RTP is staged already protected in a C
+arena instead and goes in the same flush.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from gateway.net import sendmmsg
+from gateway.net import sendmmsg, sendpath
 from gateway.net.stun_fields import REQUEST, is_stun, local_ufrag, stun_class, transaction_id
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class MuxStats:
     sendmmsg_calls: int = 0
     sendmmsg_partial: int = 0  # batches the kernel took only part of (the rest: sendto)
     send_failed: int = 0  # datagrams not sent: a full socket buffer, an unreachable address
+    compiled_sent: int = 0  # of ``sent``: RTP staged and sent by the compiled send path
 
     def as_json(self) -> dict[str, int]:
         return asdict(self)
@@ -175,9 +178,17 @@ class UdpMux:
         self._names: dict[Address, tuple[Any, int] | None] = {}
         self._batch_socket: sendmmsg.BatchSocket | None = None
         self.use_sendmmsg = True
+        #: The compiled send path's staging arena (None: the Python path)
+        self.compiled_batch: sendpath.CompiledBatch | None = None
+        self._compiled_seen = (0, 0, 0, 0)  # its counters at the last flush (calls, sent, ...)
 
     @classmethod
-    async def bind(cls, host: str, port: int = 0, use_sendmmsg: bool = True) -> UdpMux:
+    async def bind(
+        cls, host: str, port: int = 0, use_sendmmsg: bool = True,
+        compiled: tuple[Any, int, int] | None = None,
+    ) -> UdpMux:
+        """``compiled``: (the sendpath module, srtp_protect's address, SRTP's trailer length)
+        to stage RTP in a ``CompiledBatch``; None: the Python path."""
         loop = asyncio.get_running_loop()
         mux = cls(loop)
         mux.use_sendmmsg = use_sendmmsg
@@ -199,6 +210,10 @@ class UdpMux:
         mux.local_address = (name[0], name[1])
         if use_sendmmsg and sendmmsg.available():
             mux._batch_socket = sendmmsg.BatchSocket(sock.fileno())
+        if compiled is not None and use_sendmmsg:
+            module, protect_address, trailer = compiled
+            mux.compiled_batch = sendpath.CompiledBatch(module, sock.fileno(), protect_address,
+                                                        trailer)
         loop.add_reader(sock.fileno(), mux._on_readable)
         return mux
 
@@ -349,9 +364,36 @@ class UdpMux:
         elif len(self._batch) >= sendmmsg.MAX_BATCH:
             self.flush()
 
+    def staged(self) -> None:
+        """The compiled path staged this socket's first datagram since the last flush."""
+        if self not in _PENDING:
+            _PENDING.add(self)
+            self.loop.call_soon(self.flush)
+
+    def _flush_compiled(self, compiled: sendpath.CompiledBatch) -> None:
+        if self._sock is None:
+            compiled.discard()
+            return
+        compiled.flush()
+        c = compiled.counters()
+        calls, sent, failed, batches = self._compiled_seen
+        self._compiled_seen = (c["calls"], c["sent"], c["failed"] + c["skipped"], c["batches"])
+        new_sent = c["sent"] - sent
+        new_failed = c["failed"] + c["skipped"] - failed
+        stats = self.stats
+        stats.sent += new_sent + new_failed
+        stats.compiled_sent += new_sent
+        stats.batches += c["batches"] - batches
+        stats.batched += new_sent + new_failed
+        stats.sendmmsg_calls += c["calls"] - calls
+        stats.send_failed += new_failed
+
     def flush(self) -> None:
         """Send every queued datagram now."""
         _PENDING.discard(self)
+        compiled = self.compiled_batch
+        if compiled is not None:
+            self._flush_compiled(compiled)
         batch, addresses = self._batch, self._batch_addresses
         if not batch:
             return
@@ -403,6 +445,8 @@ class UdpMux:
 
     def close(self) -> None:
         """Close the socket; every session still on it sees its transport lost."""
+        if self.compiled_batch is not None:
+            self.compiled_batch.discard()
         sock, self._sock = self._sock, None
         _PENDING.discard(self)
         if sock is None:
@@ -418,17 +462,31 @@ class MuxGroup:
     """A worker's shared sockets: one per host address, all on the same port (port 0: the
     first gets a free one, the others take the same number)."""
 
-    def __init__(self, hosts: list[str], port: int, use_sendmmsg: bool = True) -> None:
+    def __init__(
+        self, hosts: list[str], port: int, use_sendmmsg: bool = True,
+        compiled: tuple[Any, int, int] | None = None, send_path_reason: str = "",
+    ) -> None:
+        """``compiled``: see ``UdpMux.bind`` (None: the Python send path, for
+        ``send_path_reason``, shown in /healthz)."""
         self.hosts = hosts
         self.port = port
         self.use_sendmmsg = use_sendmmsg
+        self.compiled = compiled
+        self.send_path_reason = send_path_reason
         self.muxes: dict[str, UdpMux] = {}
+
+    @property
+    def send_path(self) -> str:
+        """``compiled`` when every shared socket stages in C, else ``python``."""
+        if self.muxes and all(m.compiled_batch is not None for m in self.muxes.values()):
+            return "compiled"
+        return "python"
 
     async def start(self) -> None:
         port = self.port
         for host in self.hosts:
             try:
-                mux = await UdpMux.bind(host, port, self.use_sendmmsg)
+                mux = await UdpMux.bind(host, port, self.use_sendmmsg, self.compiled)
             except OSError as exc:
                 if not self.muxes and host == self.hosts[-1]:
                     raise
@@ -439,8 +497,9 @@ class MuxGroup:
         if not self.muxes:
             raise OSError("UDP mux: no host address to bind")
         self.port = port
-        log.info("UDP mux: one socket per host address on port %d (%s)", port,
-                 ", ".join(self.hosts))
+        log.info("UDP mux: one socket per host address on port %d (%s); send path: %s%s", port,
+                 ", ".join(self.hosts), self.send_path,
+                 f" ({self.send_path_reason})" if self.send_path_reason else "")
 
     def get(self, host: str) -> UdpMux | None:
         return self.muxes.get(host)
@@ -452,7 +511,8 @@ class MuxGroup:
                 setattr(total, name, getattr(total, name) + value)
         drops = sum(mux.kernel_drops() for mux in self.muxes.values())
         return {"port": self.port, "sockets": len(self.muxes), **total.as_json(),
-                "kernel_drops": drops}
+                "kernel_drops": drops, "send_path": self.send_path,
+                "send_path_reason": self.send_path_reason}
 
     def close(self) -> None:
         for mux in self.muxes.values():

@@ -37,12 +37,16 @@ def abs_send_time(ntp: int) -> int:
 class RtpHeaderTemplate:
     """Serialized RTP packets of one stream: ``build(seq, timestamp, ast, payload)``."""
 
-    __slots__ = ("_first", "_middle", "_tail", "has_abs_send_time", "header_size")
+    __slots__ = ("_first", "_middle", "_tail", "ast_at", "has_abs_send_time", "header_size",
+                 "raw", "second_byte")
 
     def __init__(self, header: bytes, abs_send_time_at: int | None) -> None:
         if len(header) < 12 or header[0] >> 6 != 2:
             raise ValueError("not an RTP header")
         self.header_size = len(header)
+        self.raw = bytes(header)  # the compiled send path patches a copy of these bytes
+        self.second_byte = header[1]  # marker bit and payload type
+        self.ast_at = -1 if abs_send_time_at is None else abs_send_time_at
         self._first = header[:2]
         self.has_abs_send_time = abs_send_time_at is not None
         if abs_send_time_at is None:

@@ -84,8 +84,8 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error", "_last_slot_empty",
-        "_marker_header",
+        "_compiled", "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error",
+        "_last_slot_empty", "_marker_header",
         "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
         "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
         "store", "ticker",
@@ -145,11 +145,30 @@ class BatchStream:
                 self.sink.red.red_pt, aiortc_compat.sender_ssrc(sender), extensions, mid
             )
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
+        self._compiled = self._compiled_sender(sender)
         self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
         self._running = True
         if self.early_first_frame:
             self.queue.on_wake = self._on_wake
         self._schedule()
+
+    def _compiled_sender(
+        self, sender: RTCRtpSender
+    ) -> Callable[[int, int, int, int, bytes], bool] | None:
+        """The compiled send path (net/sendpath.py) for this stream, where the shared socket
+        has it and every header variant (marker, RED) differs from the base only in its second
+        octet (marker bit, payload type): that octet is patched per packet."""
+        header = self._header
+        for other in (self._marker_header, self._red_header):
+            if other is not None and (other.raw[:1] + other.raw[2:]
+                                      != header.raw[:1] + header.raw[2:]):
+                return None
+        return aiortc_compat.compiled_rtp_sender(sender.transport, header.raw, header.ast_at)
+
+    @property
+    def send_path(self) -> str:
+        """``compiled`` or ``python``: how this stream's packets are protected and sent."""
+        return "compiled" if self._compiled is not None else "python"
 
     def stop(self) -> None:
         self._running = False
@@ -289,13 +308,19 @@ class BatchStream:
             payload, is_red = red.wrap(payload, timestamp, now)
         if is_red:
             header = self._red_header or header
-        data = header.build(seq, timestamp, ast_bytes, payload)
         sender = self._sender
         assert sender is not None
         aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
         drop = self.sink.drop_first_tx
-        if drop is None or not drop(data):
-            self._transmit(data, sender)
+        compiled = self._compiled
+        if compiled is None or drop is not None or not compiled(
+            header.second_byte, seq, timestamp, ast, payload
+        ):
+            # the Python path (also for the tests' first-transmission filter, which needs the
+            # packet's bytes, and whenever the compiled path could not stage it)
+            data = header.build(seq, timestamp, ast_bytes, payload)
+            if drop is None or not drop(data):
+                self._transmit(data, sender)
         # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
         self.store.record_sent(seq, timestamp, payload, owner, index, ast, now, is_red)
 

@@ -1,0 +1,205 @@
+"""The batch send path's reach into aiortc: the sender's RTP context and SR counters, and a
+synchronous SRTP-protect-and-send on the nominated ICE pair (``direct_rtp_sender``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aioice.candidate
+import aioice.ice
+import aioice.stun
+import aiortc.rtcdtlstransport
+import aiortc.rtcrtpsender
+import pylibsrtp
+from aiortc import (
+    RTCDtlsTransport,
+    RTCRtpSender,
+)
+
+from gateway.aiortc_compat._common import _ice_connection, _require
+from gateway.aiortc_compat.dtls import (
+    srtp_protect_address,
+    srtp_protector,
+    srtp_session_address,
+)
+from gateway.net import sendpath
+from gateway.net.sendmmsg import sockaddr_bytes
+
+_SENDER_EXTENSIONS = "_RTCRtpSender__rtp_header_extensions_map"
+
+
+# --- sender: the batch send path (one task sends every stream's due frames) ------------------
+
+
+def sender_rtp_context(sender: RTCRtpSender) -> tuple[str | None, Any]:
+    """The sender's negotiated mid and RTP header-extension map (valid once it has started)."""
+    _require(sender, "_RTCRtpSender__mid")
+    _require(sender, _SENDER_EXTENSIONS)
+    return sender._RTCRtpSender__mid, getattr(sender, _SENDER_EXTENSIONS)  # type: ignore[attr-defined]
+
+
+def note_rtp_sent(
+    sender: RTCRtpSender, rtp_timestamp: int, ntp_timestamp: int, octets: int
+) -> None:
+    """Keep the counters aiortc's RTCP sender reports are built from, for packets we sent."""
+    sender._RTCRtpSender__ntp_timestamp = ntp_timestamp  # type: ignore[attr-defined]
+    sender._RTCRtpSender__rtp_timestamp = rtp_timestamp  # type: ignore[attr-defined]
+    sender._RTCRtpSender__octet_count += octets  # type: ignore[attr-defined]
+    sender._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
+
+
+
+def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | None:
+    """A function that SRTP-protects and sends one serialized RTP packet synchronously (no
+    await, no task switch) on the transport's nominated ICE pair, returning False, having sent
+    nothing, once that is no longer possible (transport not connected, socket closed).
+
+    None when it is not possible at all: not connected yet, or the nominated pair is not a
+    plain UDP socket (a TURN relay) -- the caller then uses the async path (``send_rtp_packet``).
+    The pair, socket and SRTP session are looked up once, not per packet.
+    """
+    _require(transport, "_tx_srtp")
+    if transport.state != "connected":
+        return None
+    connection = _ice_connection(transport)
+    _require(connection, "_nominated")
+    pair = connection._nominated.get(1)
+    if pair is None or type(pair.protocol) is not aioice.ice.StunProtocol:
+        return None
+    udp = pair.protocol.transport
+    if udp is None:
+        return None
+    protect = srtp_protector(transport._tx_srtp)
+    sendto = _datagram_sender(udp)
+    is_closing = udp.is_closing
+    addr = pair.remote_addr
+    _require(transport, "_state")
+    connected = aiortc.rtcdtlstransport.State.CONNECTED
+
+    nominated = connection._nominated
+
+    def send(data: bytes) -> bool:
+        nonlocal pair, sendto, is_closing, addr
+        # the enum, not the ``state`` property (which lower-cases the enum's name per call)
+        if transport._state is not connected or is_closing():
+            return False
+        current = nominated.get(1)
+        if current is not pair:  # the peer nominated another pair (an ICE restart, say)
+            if current is None or type(current.protocol) is not aioice.ice.StunProtocol:
+                return False
+            udp_now = current.protocol.transport
+            if udp_now is None:
+                return False
+            pair, sendto, is_closing, addr = (current, _datagram_sender(udp_now),
+                                              udp_now.is_closing, current.remote_addr)
+        sendto(protect(data), addr)
+        return True
+
+    return send
+
+
+def _datagram_sender(udp: Any) -> Callable[[bytes, Any], None]:
+    """A shared socket's endpoint batches (the tick's datagrams leave in one ``sendmmsg``)."""
+    batched = getattr(udp, "send_batched", None)
+    return batched if callable(batched) else udp.sendto  # type: ignore[no-any-return]
+
+
+def first_sequence_number() -> int:
+    """A stream's random first RTP sequence number, drawn the way aiortc's sender draws it (so
+    ``fixed_start_sequence`` steers the batch send path too)."""
+    return int(aiortc.rtcrtpsender.random_sequence_number())
+
+
+# --- the compiled send path (gateway/net/sendpath.py) ------------------------------------------
+
+
+def resolve_send_path(mode: str) -> tuple[tuple[Any, int, int] | None, str]:
+    """``--send-path``: (what ``MuxGroup(compiled=...)`` takes, or None for the Python path;
+    why, for the log and /healthz). ``compiled`` raises RuntimeError where the extension cannot
+    be had; ``auto`` falls back to the Python path."""
+    if mode == "python":
+        return None, "--send-path python"
+    module = sendpath.load()
+    protect = srtp_protect_address()
+    if module is not None and protect is not None:
+        return (module, protect, int(pylibsrtp.SRTP_MAX_TRAILER_LEN)), ""
+    reason = (sendpath.failure() or "unavailable") if module is None else \
+        "pylibsrtp's srtp_protect not found"
+    if mode == "compiled":
+        raise RuntimeError(f"--send-path compiled: the extension is unavailable ({reason})")
+    return None, f"compiled path unavailable: {reason}"
+
+
+def compiled_rtp_sender(
+    transport: RTCDtlsTransport, header: bytes, ast_at: int
+) -> Callable[[int, int, int, int, bytes], bool] | None:
+    """``send(second_byte, seq, timestamp, abs_send_time, payload)``: the packet staged in the
+    shared socket's ``CompiledBatch`` (``header`` -- the stream's serialized RTP header,
+    abs-send-time at ``ast_at`` or -1 -- patched, SRTP-protected on the transport's own
+    ``srtp_t``) to leave with the tick's ``sendmmsg``; False, having sent nothing, when it
+    cannot (then the caller takes the Python path: not connected, a pair not on a shared
+    socket with a compiled batch, a protect error). None when the stream cannot use it at all.
+    """
+    _require(transport, "_tx_srtp")
+    if transport.state != "connected":
+        return None
+    connection = _ice_connection(transport)
+    _require(connection, "_nominated")
+    nominated = connection._nominated
+    session = transport._tx_srtp  # held by ``send``: its srtp_t must outlive every packet
+    srtp_address = srtp_session_address(session)
+    if srtp_address is None:
+        return None
+
+    def resolve(pair: Any) -> tuple[Any, Any, Any] | None:
+        """(endpoint, its mux, the mux's batch) of a nominated pair, when compiled."""
+        if pair is None or type(pair.protocol) is not aioice.ice.StunProtocol:
+            return None
+        endpoint = pair.protocol.transport
+        mux = getattr(endpoint, "mux", None)
+        batch = getattr(mux, "compiled_batch", None)
+        if batch is None:
+            return None
+        return endpoint, mux, batch
+
+    pair = nominated.get(1)
+    parts = resolve(pair)
+    if parts is None:
+        return None
+    endpoint, mux, batch = parts
+    name = sockaddr_bytes(pair.remote_addr)
+    if name is None:
+        return None
+    try:
+        stream = batch.new_stream(header, ast_at, srtp_address, name)
+    except ValueError:
+        return None
+    stage = batch.stage
+    connected = aiortc.rtcdtlstransport.State.CONNECTED
+
+    def send(b1: int, seq: int, ts: int, ast: int, payload: bytes) -> bool:
+        nonlocal pair, endpoint, mux, batch, stage
+        if transport._state is not connected or endpoint.is_closing():
+            return False
+        current = nominated.get(1)
+        if current is not pair:  # the peer nominated another pair (an ICE restart, say)
+            found = resolve(current)
+            address = None if found is None else sockaddr_bytes(current.remote_addr)
+            if found is None or address is None:
+                return False
+            pair, (endpoint, mux, batch) = current, found
+            batch.set_address(stream, address)
+            stage = batch.stage
+        n = stage(stream, b1, seq, ts, ast, payload)
+        if n == 1:
+            mux.staged()
+        elif n == -2:  # the batch is full: out with it, then stage again
+            mux.flush()
+            n = stage(stream, b1, seq, ts, ast, payload)
+            if n == 1:
+                mux.staged()
+        return n > 0
+
+    send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
+    return send

@@ -1,0 +1,363 @@
+"""The compiled send path: RTP headers patched, SRTP-protected and sent in C, one ``sendmmsg``
+per tick.
+
+The pure-Python batch path pays, per packet, a header join (``rtp/header.py``), a copy into
+pylibsrtp's buffer and a ``bytes`` back out of it around ``srtp_protect``, a list append, and at
+the end of the tick another copy into the ``sendmmsg`` arena (``net/sendmmsg.py``). Here a
+packet is one cffi call, ``gw_stage``: the stream's header template and the payload are copied
+into the packet's slot of a preallocated arena, sequence number, timestamp, abs-send-time and
+the marker/payload-type octet are patched there, and libsrtp's ``srtp_protect`` encrypts it in
+place, on the session's own ``srtp_t`` (so ROC and replay state are the very ones aiortc's
+retransmissions and RTCP use). ``gw_flush``, once per tick, sends every staged slot with one
+``sendmmsg``.
+
+``srtp_protect`` is not linked here: libsrtp lives inside pylibsrtp's cffi module, and its
+address is handed to ``CompiledBatch`` at creation (``aiortc_compat.srtp_protect_address``) --
+so no libsrtp headers are needed, only a C compiler and Python's headers.
+
+Built with cffi's API mode into ``<venv>/share/voice-gateway/sendpath/`` (``python -m
+gateway.net.sendpath`` at install, or the first start of a gateway: never at request time, no
+download); its file name carries a hash of the C source, so an edited source is rebuilt.
+Without a compiler the build fails once, is logged, and the Python path is used
+(``load()`` returns None).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SLOT = 1536  # bytes per datagram slot (as net/sendmmsg.py)
+MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.py)
+MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
+
+_CDEF = """
+typedef struct { ...; } gw_batch;
+typedef struct { ...; } gw_stream;
+gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer);
+void gw_batch_free(gw_batch *b);
+int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, int ast_at,
+                   uintptr_t srtp, const unsigned char *addr, int addr_len);
+void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len);
+int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsigned int ts,
+             unsigned int ast, const unsigned char *payload, int payload_len);
+int gw_flush(gw_batch *b);
+int gw_count(gw_batch *b);
+void gw_counters(gw_batch *b, unsigned long long *out);
+int gw_copy_slot(gw_batch *b, int i, unsigned char *out, int size);
+void gw_discard(gw_batch *b);
+"""
+
+_SOURCE = r"""
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define GW_SLOT 1536
+#define GW_MAX 512
+#define GW_HDR 64
+
+typedef int (*gw_protect_fn)(void *ctx, void *hdr, int *len);
+
+typedef struct {
+    int fd;
+    int count;
+    int trailer;
+    gw_protect_fn protect;
+    unsigned long long calls, sent, failed, skipped, protect_failed, batches;
+    struct mmsghdr msgs[GW_MAX];
+    struct iovec iovs[GW_MAX];
+    struct sockaddr_storage names[GW_MAX];
+    unsigned char arena[GW_MAX * GW_SLOT];
+} gw_batch;
+
+typedef struct {
+    unsigned char header[GW_HDR];
+    int header_len;
+    int ast_at;
+    void *srtp;
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
+} gw_stream;
+
+gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
+    gw_batch *b = calloc(1, sizeof(gw_batch));
+    if (b == NULL) return NULL;
+    b->fd = fd;
+    b->trailer = trailer;
+    b->protect = (gw_protect_fn)protect;
+    for (int i = 0; i < GW_MAX; i++) {
+        b->iovs[i].iov_base = b->arena + (size_t)i * GW_SLOT;
+        b->msgs[i].msg_hdr.msg_iov = &b->iovs[i];
+        b->msgs[i].msg_hdr.msg_iovlen = 1;
+        b->msgs[i].msg_hdr.msg_name = &b->names[i];
+    }
+    return b;
+}
+
+void gw_batch_free(gw_batch *b) { free(b); }
+
+void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len) {
+    if (addr_len < 0 || addr_len > (int)sizeof(s->addr)) addr_len = 0;
+    memcpy(&s->addr, addr, addr_len);
+    s->addr_len = (socklen_t)addr_len;
+}
+
+int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, int ast_at,
+                   uintptr_t srtp, const unsigned char *addr, int addr_len) {
+    if (header_len < 12 || header_len > GW_HDR) return -1;
+    if (ast_at >= 0 && (ast_at < 12 || ast_at + 3 > header_len)) return -1;
+    memcpy(s->header, header, header_len);
+    s->header_len = header_len;
+    s->ast_at = ast_at;
+    s->srtp = (void *)srtp;
+    gw_stream_set_addr(s, addr, addr_len);
+    return 0;
+}
+
+/* Stage one packet: header template + payload into the next slot, fields patched, protected in
+   place. Returns the number staged (>= 1), or -1 (too long), -2 (batch full: flush first),
+   -(1000 + rc) (srtp_protect failed with rc; nothing staged). */
+int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsigned int ts,
+             unsigned int ast, const unsigned char *payload, int payload_len) {
+    int n = s->header_len + payload_len;
+    if (payload_len < 0 || n + b->trailer > GW_SLOT) return -1;
+    if (b->count >= GW_MAX) return -2;
+    int i = b->count;
+    unsigned char *p = b->arena + (size_t)i * GW_SLOT;
+    memcpy(p, s->header, s->header_len);
+    p[1] = (unsigned char)b1;
+    p[2] = (unsigned char)(seq >> 8); p[3] = (unsigned char)seq;
+    p[4] = (unsigned char)(ts >> 24); p[5] = (unsigned char)(ts >> 16);
+    p[6] = (unsigned char)(ts >> 8); p[7] = (unsigned char)ts;
+    if (s->ast_at >= 0) {
+        unsigned char *a = p + s->ast_at;
+        a[0] = (unsigned char)(ast >> 16); a[1] = (unsigned char)(ast >> 8);
+        a[2] = (unsigned char)ast;
+    }
+    memcpy(p + s->header_len, payload, payload_len);
+    int len = n;
+    int rc = b->protect(s->srtp, p, &len);
+    if (rc) { b->protect_failed++; return -(1000 + rc); }
+    b->iovs[i].iov_len = (size_t)len;
+    memcpy(&b->names[i], &s->addr, s->addr_len);
+    b->msgs[i].msg_hdr.msg_namelen = s->addr_len;
+    b->count = i + 1;
+    return b->count;
+}
+
+/* Send every staged slot (one sendmmsg, more only when the kernel takes part); returns how many
+   went. A datagram refused for its destination is skipped; a full buffer drops the rest
+   (counted as failed: UDP would drop them anyway). */
+int gw_flush(gw_batch *b) {
+    int n = b->count, sent = 0;
+    b->count = 0;
+    if (n == 0) return 0;
+    b->batches++;
+    while (sent < n) {
+        int rc = sendmmsg(b->fd, b->msgs + sent, (unsigned int)(n - sent), 0);
+        b->calls++;
+        if (rc >= 0) { sent += rc; continue; }
+        int err = errno;
+        if (err == EINTR) continue;
+        if (err == EMSGSIZE || err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH
+            || err == EACCES || err == EPERM || err == EADDRNOTAVAIL || err == EAFNOSUPPORT) {
+            sent++; b->skipped++; continue;
+        }
+        break;
+    }
+    b->failed += (unsigned long long)(n - sent);
+    b->sent += (unsigned long long)sent;
+    return sent;
+}
+
+int gw_count(gw_batch *b) { return b->count; }
+
+void gw_counters(gw_batch *b, unsigned long long *out) {
+    out[0] = b->calls; out[1] = b->sent; out[2] = b->failed; out[3] = b->skipped;
+    out[4] = b->protect_failed; out[5] = b->batches;
+}
+
+/* Tests: the protected bytes of staged slot i (its length; -1 if no such slot). */
+int gw_copy_slot(gw_batch *b, int i, unsigned char *out, int size) {
+    if (i < 0 || i >= b->count) return -1;
+    int len = (int)b->iovs[i].iov_len;
+    if (len > size) return -1;
+    memcpy(out, b->arena + (size_t)i * GW_SLOT, len);
+    return len;
+}
+
+void gw_discard(gw_batch *b) { b->count = 0; }
+"""
+
+_DIGEST = hashlib.sha256((_CDEF + _SOURCE).encode()).hexdigest()[:12]
+MODULE = f"_gw_sendpath_{_DIGEST}"
+
+_loaded: Any = None
+_failure: str | None = None
+DISABLED = False  # tests: simulate a machine where the extension cannot be built or loaded
+
+
+def cache_dir() -> Path:
+    """Where the built extension lives: inside the venv (``sys.prefix``), or
+    ``$GATEWAY_SENDPATH_DIR`` when set."""
+    override = os.environ.get("GATEWAY_SENDPATH_DIR")
+    if override:
+        return Path(override)
+    return Path(sys.prefix) / "share" / "voice-gateway" / "sendpath"
+
+
+def _import_from(directory: Path) -> Any:
+    for path in directory.glob(f"{MODULE}*.so"):
+        spec = importlib.util.spec_from_file_location(MODULE, path)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return None
+
+
+def build(directory: Path | None = None) -> Path:
+    """Compile the extension into ``directory`` (default ``cache_dir()``); returns the .so path.
+    Raises when there is no compiler (or cffi, or Python's headers)."""
+    import cffi  # (comes with pylibsrtp)
+
+    target = directory or cache_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    ffi.set_source(MODULE, _SOURCE, extra_compile_args=["-O2"])
+    with tempfile.TemporaryDirectory(dir=target) as tmp:
+        # cffi's build prints the compiler's command lines; keep start-up logs clean
+        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
+            built = Path(ffi.compile(tmpdir=tmp))
+        final = target / built.name
+        os.replace(built, final)  # atomic: a concurrent start-up sees the old file or the new
+    return final
+
+
+def load(build_if_missing: bool = True) -> Any:
+    """The compiled module (``.ffi``, ``.lib``), built on first use if missing; None where it
+    cannot be (no compiler, not Linux, ``DISABLED``): the reason is in ``failure()``."""
+    global _loaded, _failure
+    if DISABLED:
+        return None
+    if _loaded is not None:
+        return _loaded
+    if _failure is not None:
+        return None
+    if not sys.platform.startswith("linux"):
+        _failure = "not Linux (sendmmsg)"
+        return None
+    try:
+        module = _import_from(cache_dir())
+        if module is None and build_if_missing:
+            build()
+            module = _import_from(cache_dir())
+    except Exception as exc:  # no compiler, no headers, a read-only venv: the Python path
+        _failure = f"{type(exc).__name__}: {exc}".strip()[:300]
+        return None
+    if module is None:
+        _failure = "not built (python -m gateway.net.sendpath)"
+        return None
+    _loaded = module
+    return module
+
+
+def failure() -> str | None:
+    return "disabled" if DISABLED else _failure
+
+
+class CompiledBatch:
+    """One socket's staged, protected datagrams (``gw_batch``), sent by ``flush``."""
+
+    __slots__ = ("_counters", "_ffi", "_lib", "_ptr", "flush_c", "stage")
+
+    def __init__(self, module: Any, fd: int, protect_address: int, trailer: int) -> None:
+        self._ffi, self._lib = module.ffi, module.lib
+        ptr = self._lib.gw_batch_new(fd, protect_address, trailer)
+        if ptr == self._ffi.NULL:
+            raise MemoryError("gw_batch_new")
+        self._ptr = self._ffi.gc(ptr, self._lib.gw_batch_free)
+        self._counters = self._ffi.new("unsigned long long[6]")
+        lib, p = self._lib, self._ptr
+        stage_c = lib.gw_stage
+
+        def stage(stream: Any, b1: int, seq: int, ts: int, ast: int, payload: bytes) -> int:
+            return int(stage_c(p, stream, b1, seq, ts, ast, payload, len(payload)))
+
+        self.stage = stage
+        self.flush_c = lib.gw_flush
+
+    def new_stream(self, header: bytes, ast_at: int, srtp_address: int, addr: bytes) -> Any:
+        """A ``gw_stream`` (owned by the caller: keep it as long as packets are staged)."""
+        stream = self._ffi.new("gw_stream *")
+        rc = self._lib.gw_stream_init(stream, header, len(header), ast_at, srtp_address, addr,
+                                      len(addr))
+        if rc:
+            raise ValueError("header template does not fit the compiled path")
+        return stream
+
+    def set_address(self, stream: Any, addr: bytes) -> None:
+        self._lib.gw_stream_set_addr(stream, addr, len(addr))
+
+    def stage_raw(self, stream: Any, b1: int, seq: int, ts: int, ast: int,
+                  payload: bytes) -> int:
+        return int(self._lib.gw_stage(self._ptr, stream, b1, seq, ts, ast, payload,
+                                      len(payload)))
+
+    def flush(self) -> int:
+        return int(self.flush_c(self._ptr))
+
+    def count(self) -> int:
+        return int(self._lib.gw_count(self._ptr))
+
+    def counters(self) -> dict[str, int]:
+        self._lib.gw_counters(self._ptr, self._counters)
+        c = self._counters
+        return {"calls": c[0], "sent": c[1], "failed": c[2], "skipped": c[3],
+                "protect_failed": c[4], "batches": c[5]}
+
+    def staged(self) -> list[bytes]:
+        """Tests: the protected datagrams staged so far."""
+        out = self._ffi.new("unsigned char[]", SLOT)
+        result = []
+        for i in range(self.count()):
+            n = self._lib.gw_copy_slot(self._ptr, i, out, SLOT)
+            result.append(bytes(self._ffi.buffer(out, n)))
+        return result
+
+    def discard(self) -> None:
+        self._lib.gw_discard(self._ptr)
+
+
+def main() -> None:
+    """Build the extension now (``make install`` calls this; failure is not an error: the
+    gateway then runs the Python path)."""
+    logging.basicConfig(level=logging.INFO)
+    try:
+        path = build()
+    except Exception as exc:
+        print(f"compiled send path not built ({exc}); the gateway will use the Python path")
+        return
+    print(f"compiled send path built: {path}")
+
+
+if __name__ == "__main__":
+    main()
