@@ -9,12 +9,18 @@ streams, read in this process). Reported per mode: the server's CPU % and CPU pe
 the ratio channel / sessions (target <= 0.8), on-time share (WHEP, within 5 ms; target >= 99.5 %),
 the HTTP readers' frames per second and longest gap, and the load generator's own CPU.
 
+``workers`` (a transport): the issue's case -- N WHEP listeners of one channel over two workers
+(a supervisor, a real ``redis-server``; half on the channel's worker, half on the other through
+its mirror) against ``min(N, --session-cap)`` sessions over the same two workers
+(bench/channel_workers.py); CPU per listener is the two workers' CPU over the listeners.
+
 ``--relay N``: a supervisor with two workers and a real ``redis-server``; the channel lives on
 worker 0, N HTTP listeners on each worker: worker 1 hears it through its mirror (one link).
 Reported: each worker's CPU with its N listeners, and worker 1's with the link alone (its
 floor, measured first) -- the relay's CPU per worker.
 
-    python -m bench.channels --listeners 50,100 --window 6
+    python -m bench.channels --listeners 100,250,500     # workers, whep, http
+    python -m bench.channels --listeners 500 --transports workers
     python -m bench.channels --listeners 0 --relay 100
 """
 
@@ -35,6 +41,7 @@ from typing import Any
 import aiohttp
 
 from bench import procstats
+from bench.channel_workers import workers_mode
 from bench.cluster import free_range, wait_workers
 from bench.common import free_port, wait_healthy, write_results
 from bench.load import pinned, tail
@@ -96,7 +103,7 @@ async def whep_mode(n: int, args: argparse.Namespace, tmp: Path, channel: bool
                 "on_time_share_worst": w.get("on_time_share_worst_session"),
                 "lateness_p99_ms": (w.get("lateness_ms") or {}).get("p99"),
                 "loss_share": w.get("loss_share"), "loadgen_cpu_pct": w.get("loadgen_cpu_pct"),
-                "server_rss_kb": w.get("server_rss_kb")}
+                "server_rss_kb": w.get("server_rss_kb"), "loadavg": w.get("loadavg")}
 
     return await _with_server(n, args, tmp, f"whep-{'channel' if channel else 'sessions'}",
                               body)
@@ -163,6 +170,7 @@ async def http_mode(n: int, args: argparse.Namespace, tmp: Path, channel: bool
         seconds = t1 - t0
         return {"server_cpu_pct": round(procstats.cpu_percent(srv0, srv1), 1),
                 "loadgen_cpu_pct": round(procstats.cpu_percent(gen0, gen1), 1),
+                "loadavg": procstats.load_average(),
                 "reads_per_s_per_listener": round(sum(writes) / n / seconds, 1),
                 "max_gap_ms": round(max(gaps) * 1000, 1),
                 "listeners_with_frames": sum(1 for r in readers if r.frames)}
@@ -172,7 +180,8 @@ async def http_mode(n: int, args: argparse.Namespace, tmp: Path, channel: bool
 
 
 def _ratio(channel: dict[str, Any], sessions: dict[str, Any]) -> float | None:
-    a, b = channel.get("server_cpu_pct"), sessions.get("server_cpu_pct")
+    key = "cpu_pct_per_stream" if "cpu_pct_per_stream" in sessions else "server_cpu_pct"
+    a, b = channel.get(key), sessions.get(key)
     return round(a / b, 3) if a is not None and b else None
 
 
@@ -258,9 +267,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         for n in [n for n in args.listeners if n > 0]:
             row: dict[str, Any] = {"listeners": n}
             for transport in args.transports:
-                mode = whep_mode if transport == "whep" else http_mode
-                chan = await mode(n, args, tmp, channel=True)
-                sess = await mode(n, args, tmp, channel=False)
+                if transport == "workers":
+                    chan = await workers_mode(n, args.window, tmp, True, args.session_cap)
+                    sess = await workers_mode(n, args.window, tmp, False, args.session_cap)
+                else:
+                    mode = whep_mode if transport == "whep" else http_mode
+                    chan = await mode(n, args, tmp, channel=True)
+                    sess = await mode(n, args, tmp, channel=False)
+                chan["loadavg"] = chan.get("loadavg") or procstats.load_average()
+                sess["loadavg"] = sess.get("loadavg") or procstats.load_average()
                 row[transport] = {"channel": chan, "sessions": sess,
                                   "cpu_ratio": _ratio(chan, sess)}
             rows.append(row)
@@ -272,10 +287,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(result: dict[str, Any]) -> str:
     lines = [f"{'N':>5} {'transport':9} {'mode':9} {'srv CPU%':>8} {'%/listener':>10} "
-             f"{'on time':>8} {'gen CPU%':>8} {'ratio':>6} (target <= {TARGET_RATIO})"]
+             f"{'on time':>8} {'gen CPU%':>8} {'ratio':>6} {'loadavg':>7} "
+             f"(ratio target <= {TARGET_RATIO})"]
     for row in result["rows"]:
         n = row["listeners"]
-        for transport in ("whep", "http"):
+        for transport in ("workers", "whep", "http"):
             if transport not in row:
                 continue
             for mode in ("channel", "sessions"):
@@ -284,15 +300,21 @@ def table(result: dict[str, Any]) -> str:
                     lines.append(f"{n:5} {transport:9} {mode:9} error: {r['error'][:80]}")
                     continue
                 cpu = r.get("server_cpu_pct")
-                per = f"{cpu / n:.3f}" if cpu is not None else "-"
+                streams = r.get("connected") or n
+                per = f"{cpu / streams:.3f}" if cpu is not None else "-"
+                label = f"{mode}:{streams}" if transport == "workers" else mode
                 on = r.get("on_time_share")
                 ratio = row[transport]["cpu_ratio"] if mode == "channel" else None
+                load = (r.get("loadavg") or [None])[0]
                 lines.append(
-                    f"{n:5} {transport:9} {mode:9} {cpu!s:>8} {per:>10} "
+                    f"{n:5} {transport:9} {label:9} {cpu!s:>8} {per:>10} "
                     f"{'-' if on is None else f'{on * 100:.2f}%':>8} "
-                    f"{r.get('loadgen_cpu_pct')!s:>8} {'' if ratio is None else ratio!s:>6}")
-    lines.append("CPU per listener is % of a core / N; on time: WHEP packets within 5 ms "
-                 f"(target >= {TARGET_ON_TIME * 100:.1f} %)")
+                    f"{r.get('loadgen_cpu_pct')!s:>8} {'' if ratio is None else ratio!s:>6} "
+                    f"{load!s:>7}")
+    lines.append("CPU per listener is % of a core / N (workers: both workers' CPU / streams, "
+                 "the sessions baseline capped at --session-cap streams); on time: WHEP "
+                 f"packets within 5 ms (target >= {TARGET_ON_TIME * 100:.1f} %); a row at "
+                 "loadavg > 1.5 is loaded")
     return "\n".join(lines)
 
 
@@ -300,7 +322,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--listeners", type=lambda s: [int(x) for x in s.split(",")],
                         default=[50, 100])
-    parser.add_argument("--transports", type=lambda s: s.split(","), default=["whep", "http"])
+    parser.add_argument("--transports", type=lambda s: s.split(","),
+                        default=["workers", "whep", "http"],
+                        help="workers (WHEP over 2 workers), whep, http (one gateway)")
+    parser.add_argument("--session-cap", type=int, default=100,
+                        help="the most sessions of the workers baseline (per-stream CPU)")
     parser.add_argument("--window", type=float, default=6.0)
     parser.add_argument("--relay", type=int, default=0, metavar="N",
                         help="also the two-worker relay run, N HTTP listeners per worker")

@@ -58,8 +58,12 @@ async def test_listeners_over_two_workers_and_two_nodes_hear_the_same_frames(nod
         public = HttpListener(b.url, "all", http)  # through node b's supervisor
         public.start()
         await public.started.wait()
+        # captions: the words on the origin's and on another node's worker's events
+        captions = [EventReader(url, "all", http) for url in (origin, _worker_url(b, 1))]
+        await asyncio.gather(*(c.started.wait() for c in captions))
         await asyncio.sleep(0.5)  # every mirror's link is up
-        async with http.post(f"{b.url}/v1/channels/all/speech", json={"text": "hi"}) as r:
+        async with http.post(f"{b.url}/v1/channels/all/speech",
+                             json={"text": "hi there"}) as r:
             assert r.status == 202, await r.text()  # proxied, then sent on (307) to origin
         deadline = time.monotonic() + 10
         while len(whep[0].heard.speech()) < 45 or any(
@@ -71,13 +75,28 @@ async def test_listeners_over_two_workers_and_two_nodes_hear_the_same_frames(nod
         reference = whep[0].heard.speech()
         for listener in [*http_listeners, whep[1], public]:
             assert listener.heard.speech() == reference
+        for caption in captions:  # each word once, in order, on both nodes
+            assert [w["word"] for w in caption.of("word")] == ["hi", "there"], caption.events
         for url in urls[1:]:  # one link per worker, whatever its listener count
             async with http.get(f"{url}/healthz") as r:
                 assert r.status == 200
         async with http.get(f"{origin}/v1/channels/all") as r:
             state = await r.json()
-        # the origin's own HTTP listener plus one link per other worker (3)
-        assert state["listeners"] == {"whep": 1, "http": 4}, state["listeners"]
+        # the origin's own listeners; the other workers' links are not listeners (3)
+        assert state["listeners_here"] == {"whep": 1, "http": 1}, state
+        assert state["mirror_links"] == 3
+        # summed over the four workers of both nodes: 5 HTTP (one via a supervisor), 2 WHEP
+        assert state["listeners"] == {"whep": 2, "http": 5}, state["workers"]
+        assert state["census"]["asked"] == 4 and not state["census"]["partial"]
+        for url in (b.url, a.url, _worker_url(b, 1)):  # any public port, any worker
+            async with http.get(f"{url}/v1/channels") as r:
+                assert r.status == 200
+                listed = await r.json()
+            assert listed["workers"]["answered"] == 4, listed["workers"]
+            entry = {c["name"]: c for c in listed["channels"]}["all"]
+            assert entry["listeners"] == {"whep": 2, "http": 5}
+            assert entry["listener_count"] == 7 and entry["origin"] == origin
+            assert len(entry["workers"]) == 4
         async with http.delete(f"{_worker_url(b, 0)}/v1/channels/all",
                                allow_redirects=True) as r:
             assert r.status == 204
@@ -160,7 +179,9 @@ async def test_a_listeners_worker_dying_loses_only_its_listeners(nodes):
             assert listener.task is not None and not listener.task.done()
         async with http.get(f"{origin}/v1/channels/steady") as r:
             after = await r.json()
-        # the origin lost the dead worker's link, nothing else
+        # the origin lost the dead worker's link, nothing else; the listing lost its listener
+        assert after["mirror_links"] == links_before["mirror_links"] - 1
+        assert after["listeners_here"] == links_before["listeners_here"]
         assert after["listeners"]["http"] == links_before["listeners"]["http"] - 1
         async with http.delete(f"{origin}/v1/channels/steady") as r:
             assert r.status == 204

@@ -28,7 +28,8 @@ from gateway.cluster.directory import (
 from gateway.cluster.identity import ENV, PROXY_HEADER, WorkerIdentity
 from gateway.cluster.metrics import SupervisorMetrics
 from gateway.cluster.placement import Candidate, Reservations, choose
-from gateway.cluster.supervisor import Slot, needs_supervisor, node_id, worker_args
+from gateway.cluster.processes import Slot, worker_args
+from gateway.cluster.supervisor import needs_supervisor, node_id
 from gateway.cluster.worker import attach_worker
 from gateway.config import GatewayConfig, parse_config
 from gateway.runtime import worker_pool

@@ -26,7 +26,7 @@ async def test_a_reader_that_stops_holds_back_synthesis():
     outbox = Outbox(soft=8, hard=1000)
     engine = RealtimeEngine("s", conversation, Hearing(recognizer=None, agent=EchoAgent()),
                             lambda name: voice, config, outbox)
-    engine.lead_s = 3600.0  # no pacing: as fast as the reader takes it
+    engine.deltas.lead_s = 3600.0  # no pacing: as fast as the reader takes it
     engine.start()
     try:
         await engine.handle_text(json.dumps({"type": "conversation.item.create", "item": {
@@ -36,7 +36,7 @@ async def test_a_reader_that_stops_holds_back_synthesis():
         await asyncio.sleep(1.0)  # nobody reads
         queued = len(outbox)
         assert queued <= 8 + 16  # the bound, and the few control events that never wait
-        assert len(engine._sink) == engine._sink.maxsize  # the speaker's sink is full
+        assert len(engine.deltas.sink) == engine.deltas.sink.maxsize  # the speaker's sink is full
         utterance = conversation.speaker.current
         assert utterance is not None and utterance.state.value != "done"  # synthesis waits
         kinds = []

@@ -197,7 +197,7 @@ async def test_consent_failure_removes_the_sessions_entries(gateway):
 
 
 def test_each_worker_gets_its_own_udp_port():
-    from gateway.cluster.supervisor import Slot, worker_args
+    from gateway.cluster.processes import Slot, worker_args
     from gateway.config import GatewayConfig
 
     config = GatewayConfig(port=9000, udp_port=40000, workers=2)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hmac
 import math
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from aiohttp import web
 from gateway.api.client_address import TrustedProxies
 from gateway.api.errors import ApiError, Handler
 from gateway.api.rate_store import BucketStore, LocalBuckets
+from gateway.config import B64TOKEN
 from gateway.realtime.keys import PREFIX as EPHEMERAL_PREFIX
 from gateway.realtime.keys import EphemeralKeys
 
@@ -36,8 +36,6 @@ CHANNEL_PREFIX = "/v1/channels"
 #: where an ephemeral key (``ek_…``, gateway/realtime/keys.py) is a bearer token
 EPHEMERAL_PATHS = ("/v1/realtime", "/v1/realtime/calls")
 
-#: RFC 6750 §2.1 b64token
-_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 OPEN_PREFIXES = ("/healthz", "/metrics", "/openapi.json", "/docs", "/web/", "/v1/voices",
                  "/v1/elevenlabs/voices")
 ALLOW_HEADERS = "Authorization, Content-Type, If-Match, xi-api-key, OpenAI-Beta"
@@ -63,7 +61,7 @@ class AccessPolicy:
     def __post_init__(self) -> None:
         # an unset $TOKEN must never configure auth open: refuse to start instead
         for token in (*self.tokens, *self.listen_tokens):
-            if not _B64TOKEN.fullmatch(token):
+            if not B64TOKEN.fullmatch(token):
                 raise ValueError(
                     "an auth token must be 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); "
                     f"got {'an empty or whitespace token' if not token.strip() else repr(token)}")
@@ -213,7 +211,7 @@ class TokenCheck:
                 return FULL  # (good on those two paths only)
             raise ApiError(401, "invalid_token", "the ephemeral key is unknown, expired, or "
                            "not good here (only for the Realtime calls and WebSocket)", invalid)
-        if not _B64TOKEN.fullmatch(token):  # also a header that was not UTF-8 (surrogates)
+        if not B64TOKEN.fullmatch(token):  # also a header that was not UTF-8 (surrogates)
             raise ApiError(401, "invalid_token", "the token is not valid", invalid)
         raw = token.encode("ascii")
         if any(hmac.compare_digest(raw, t) for t in self._tokens):

@@ -29,5 +29,29 @@ class ChannelSummary(Model):
     speech: str
 
 
+class WorkerListeners(Model):
+    url: str = Field(description="the worker's advertised URL")
+    role: str = Field(description="origin (the channel's speaker) or mirror")
+    listeners: dict[str, int]
+
+
+class ListedChannel(ChannelSummary):
+    listeners: dict[str, int] = Field(description="live listeners by transport, summed over "
+                                      "the workers that hold them")
+    origin: str = Field(description="the worker the channel lives on")
+    mirror_links: int = Field(description="other workers' links to it (one per mirror)")
+    frames_sent: int
+    workers: list[WorkerListeners]
+
+
+class Census(Model):
+    asked: int = Field(description="workers asked (this one included)")
+    answered: int
+    unreachable: list[str] = Field(description="workers that did not answer in time: their "
+                                   "listeners are missing from the sums")
+    partial: bool
+
+
 class ChannelList(Model):
-    channels: list[ChannelSummary]
+    channels: list[ListedChannel]
+    workers: Census

@@ -38,9 +38,12 @@ from gateway.api.routes import (
 )
 from gateway.api.sdp_limits import SdpLimitExceeded
 from gateway.api.speech_http import SEND_BUFFER_BYTES
+from gateway.channels import census
 from gateway.channels.broadcast import Broadcast
+from gateway.channels.census import LOCAL_VIEW
 from gateway.channels.channel import Channel, ChannelClosed, ChannelFull
 from gateway.channels.http_listener import HttpListener
+from gateway.channels.mirror import MIRROR_HEADER
 from gateway.channels.registry import (
     ChannelExists,
     ChannelLimitReached,
@@ -134,16 +137,38 @@ async def create_channel(request: web.Request) -> web.Response:
 
 @routes.get("/v1/channels")
 async def list_channels(request: web.Request) -> web.Response:
-    grant = grant_of(request)
-    channels = [_summary(request, c) for c in request.app[CHANNELS]
-                if grant.channel is None or c.name == grant.channel]
-    return web.json_response({"channels": channels})
+    """Every channel of the cluster, its listeners summed over the workers that hold them
+    (channels/census.py, which asks each worker's ``LOCAL_VIEW``)."""
+    only = grant_of(request).channel
+    taken = await census.take(request.app[CHANNELS], _authorization(request), only)
+    channels = [{**entry, **_links(request, name)}
+                for name, entry in sorted(taken.channels.items())
+                if only is None or name == only]
+    return web.json_response({"channels": channels, "workers": taken.workers_json()})
+
+
+@routes.get(LOCAL_VIEW)
+async def local_channels(request: web.Request) -> web.Response:
+    """This worker's own channels and mirrors with their listeners (``?name=``: one)."""
+    only = grant_of(request).channel
+    name = request.query.get("name")
+    if name is not None and only is not None and name != only:
+        return web.json_response({"worker": "", "channels": [], "mirrors": []})
+    return web.json_response(census.local_view(request.app[CHANNELS], only=name or only))
 
 
 @routes.get("/v1/channels/{name}")
 async def get_channel(request: web.Request) -> web.Response:
     channel = await _channel(request, "listen")
-    return web.json_response({**channel.state(), **_links(request, channel.name)})
+    taken = await census.take(request.app[CHANNELS], _authorization(request), channel.name)
+    state = channel.state()
+    entry = taken.channels.get(channel.name) or {}
+    return web.json_response({
+        **state, "listeners_here": state["listeners"],
+        "listeners": entry.get("listeners", state["listeners"]),
+        "listener_count": entry.get("listener_count", sum(state["listeners"].values())),
+        "workers": entry.get("workers", []), "census": taken.workers_json(),
+        **_links(request, channel.name)})
 
 
 @routes.delete("/v1/channels/{name}")
@@ -284,7 +309,7 @@ async def channel_listen(request: web.Request) -> web.StreamResponse:
     channel = await _listenable(request)
     formatter = _listen_formatter(fmt)
     listener = HttpListener(formatter, request.app[CHANNELS].lag, write_frames=int(batch),
-                            format_name=fmt)
+                            format_name=fmt, mirror_link=MIRROR_HEADER in request.headers)
     try:
         channel.join(listener)
     except ChannelFull as exc:

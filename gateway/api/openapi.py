@@ -123,8 +123,12 @@ OPERATIONS: tuple[Op, ...] = (
     Op("post", "/v1/channels", "Create a broadcast channel (docs/channels.md)",
        {JSON: cm.ChannelCreate}, {"201": ("the channel; Location is its URL",
                                           {JSON: cm.ChannelSummary})}),
-    Op("get", "/v1/channels", "The channels, with listener counts",
+    Op("get", "/v1/channels", "The cluster's channels, listeners summed over its workers",
        responses={"200": ("every channel this token may see", {JSON: cm.ChannelList})}),
+    Op("get", "/v1/channels/-/local", "This worker's own channels and mirrors (the listing "
+       "asks each worker)", responses={"200": ("its channels, mirrors, listeners",
+                                               {JSON: "object"})},
+       query=(("name", "only this channel", {"type": "string"}),)),
     Op("get", "/v1/channels/{name}", "A channel's state: listeners, frames aired, what plays",
        responses={"200": ("state", {JSON: "object"})}),
     Op("delete", "/v1/channels/{name}", "End a channel and all its listeners",

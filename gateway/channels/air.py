@@ -22,6 +22,7 @@ the queue ran dry), so the link's delivery jitter is absorbed once per worker, n
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.channels.listener import Listener
@@ -44,6 +45,7 @@ class AirStats:
     underruns: int = 0  # a mirror's queue ran dry (the link was late): buffering again
     link_dropped: int = 0  # a mirror's frames that found its queue full
     max_late_ms: float = 0.0
+    taken: int = 0  # frames taken from the queue and aired (a mirror's: fed by its link)
 
 
 class Air:
@@ -63,6 +65,8 @@ class Air:
         self._token = 0
         self.running = False
         self.started_at: float | None = None
+        #: called after each tick's frame is aired (a mirror releases its held events)
+        self.on_aired: Callable[[], None] | None = None
 
     def add(self, listener: Listener) -> None:
         """From the next aired frame on."""
@@ -130,6 +134,7 @@ class Air:
         if fields is None:
             payload = self.silence
         else:
+            stats.taken += 1
             payload, owner, frame_index = fields
             if owner is not None:
                 owner.on_frame_sent(frame_index, index & 0xFFFF, index * RTP_TICKS_PER_FRAME, now)
@@ -139,6 +144,8 @@ class Air:
         else:
             stats.silence_frames += 1
         listeners = list(self._listeners.values())
+        if self.on_aired is not None:
+            self.on_aired()
         if not listeners:
             return
         pcm: bytes | None = None

@@ -15,6 +15,7 @@ from typing import Any
 
 from gateway.channels.air import Air
 from gateway.channels.events import ChannelEvents
+from gateway.channels.http_listener import MIRROR_LINK
 from gateway.channels.listener import LagPolicy, Listener
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,17 @@ class Broadcast:
         return list(self._listeners.values())
 
     def count_by_transport(self) -> dict[str, int]:
+        """This worker's listeners by transport; other workers' mirror links are not
+        listeners (``mirror_links``): their listeners are counted where they are."""
         counts: dict[str, int] = {"whep": 0, "http": 0}
         for listener in self._listeners.values():
-            counts[listener.transport] = counts.get(listener.transport, 0) + 1
+            if listener.transport != MIRROR_LINK:
+                counts[listener.transport] = counts.get(listener.transport, 0) + 1
         return counts
+
+    @property
+    def mirror_links(self) -> int:
+        return sum(1 for x in self._listeners.values() if x.transport == MIRROR_LINK)
 
     async def _close_listeners(self, reason: str) -> None:
         self.air.stop()
@@ -101,6 +109,7 @@ class Broadcast:
             "age_s": round(time.monotonic() - self.created_at, 3),
             "max_listeners": self.max_listeners,
             "listeners": self.count_by_transport(),
+            "mirror_links": self.mirror_links,
             "event_subscribers": self.events.subscribers,
             "listeners_joined_total": self.joined_total,
             "listeners_left": dict(self.left_reasons),

@@ -21,6 +21,7 @@ from gateway.channels.listener import DEFAULT_LAG, LagPolicy
 from gateway.conversation.conversation import Conversation
 from gateway.media.fanout import SinkPolicy
 from gateway.media.opus_codec import EncoderSettings, silence_packet
+from gateway.media.sink import DEFAULT_PLAYOUT_ALLOWANCE_S
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
 from gateway.speech.utterance import FINAL_STATES, Utterance, UtteranceState
@@ -30,6 +31,18 @@ log = logging.getLogger(__name__)
 AIR_SINK = "air"
 
 __all__ = ["Channel", "ChannelClosed", "ChannelFull"]
+
+
+class AirSink:
+    """The air as the conversation's sink: "heard" follows the channel's send clock (frames
+    aired) plus the WebRTC playout allowance, so the conversation's ``word`` events go out as
+    a listener hears each word (one clock for every listener: each hears the air at its own
+    small offset; a mirror holds them until it has aired the frames too: mirror.py)."""
+
+    name = AIR_SINK
+
+    def listener_delay_s(self) -> float:
+        return DEFAULT_PLAYOUT_ALLOWANCE_S
 
 
 class Channel(Broadcast):
@@ -61,7 +74,7 @@ class Channel(Broadcast):
             self._observe(utterance, state)
 
         speaker.observer = observe
-        conversation.attach_sink(AIR_SINK, self.air.queue, SinkPolicy.BLOCK)
+        conversation.attach_sink(AIR_SINK, self.air.queue, SinkPolicy.BLOCK, AirSink())
         self.air.start()
 
     def say(self, text: str, voice: Synthesizer | None = None, interrupt: bool = False,

@@ -28,6 +28,7 @@ from gateway.http.formatters import FrameFormatter
 Write = Callable[[bytes], Awaitable[None]]
 WriteNow = Callable[[bytes], bool]
 _phases = itertools.count()
+MIRROR_LINK = "mirror"  # the transport of a mirror's link (a worker, not a listener)
 
 
 class HttpListener(Listener):
@@ -35,8 +36,11 @@ class HttpListener(Listener):
     continuous = True
 
     def __init__(self, formatter: FrameFormatter, policy: LagPolicy = DEFAULT_LAG,
-                 write_frames: int = 3, format_name: str = "opus") -> None:
+                 write_frames: int = 3, format_name: str = "opus",
+                 mirror_link: bool = False) -> None:
         super().__init__(policy)
+        if mirror_link:  # another worker's mirror: not a listener in the counts
+            self.transport = MIRROR_LINK
         self.formatter = formatter
         self.needs_pcm = formatter.needs_pcm
         self.format = format_name

@@ -80,7 +80,8 @@ class ChannelTotals:
             yield family
         live = self._live()
         values = {"channels": sum(1 for c in live if c.role == "origin"),
-                  "channel_listeners": sum(len(c.listeners) for c in live)}
+                  "channel_listeners": sum(sum(c.count_by_transport().values())
+                                              for c in live)}
         for name, doc in GAUGES.items():
             gauge = GaugeMetricFamily(f"{NAMESPACE}_{name}", doc)
             gauge.add_metric([], values[name])

@@ -8,7 +8,10 @@ aired), so the origin treats it as any listener: its bounded queue, the lag poli
 behind: dropped, one second more: disconnected). Here the frames go to the mirror's own air
 (``Air(relay=True)``: a bounded queue, a prebuffer of a few frames, this worker's 20 ms clock),
 which hands them to the local listeners as the origin's air does. A second link reads the
-origin's events (``/events``) and republishes utterance states and captions.
+origin's events (``/events``) and republishes utterance states, captions and words -- each
+held until this worker has aired every frame that had come over the link when the event
+came (the origin tells a word once it has aired it, and the link carries each frame as aired:
+so a listener here never gets a word before its audio; the mirror's prebuffer is the lag).
 
 The link ends -- the channel was deleted (its error record), its worker died or is unreachable
 (the connection ends or fails) -- and the mirror closes with that reason: its listeners get
@@ -22,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +40,14 @@ from gateway.media.opus_codec import silence_packet
 
 log = logging.getLogger(__name__)
 
-REPUBLISHED = frozenset({"utterance", "interrupted", "caption"})
+REPUBLISHED = frozenset({"utterance", "interrupted", "caption", "word"})
+MAX_HELD = 256  # republished events waiting for this worker's air to catch up
 PREBUFFER_FRAMES = 3  # 60 ms: the link's jitter, absorbed once here
 QUEUE_FRAMES = 25  # 0.5 s: the most a mirror holds
 MAX_EVENT_LINE = 64 * 1024
+#: on the frame link: the origin counts it as a mirror link, not a listener (its worker's
+#: listeners are counted there: channels/census.py)
+MIRROR_HEADER = "X-Channel-Mirror"
 
 
 class Mirror(Broadcast):
@@ -47,19 +55,22 @@ class Mirror(Broadcast):
 
     def __init__(self, name: str, origin: str, http: aiohttp.ClientSession,
                  max_listeners: int, lag: LagPolicy, authorization: str | None = None,
-                 idle_s: float = 5.0) -> None:
+                 idle_s: float = 5.0, self_url: str = "") -> None:
         air = Air(silence_packet(), QUEUE_FRAMES, relay=True, prebuffer=PREBUFFER_FRAMES)
         super().__init__(name, air, ChannelEvents(), max_listeners, lag)
         self.origin = origin.rstrip("/")
         self.http = http
         self.idle_s = idle_s
         self._headers = {"Authorization": authorization} if authorization else {}
+        self._link_headers = {**self._headers, MIRROR_HEADER: self_url or "1"}
         self.link_frames = 0
         self.link_bytes = 0
         self.connected = asyncio.Event()  # the frame link answered 200
         self._tasks: list[asyncio.Task[None]] = []
         self._idle: asyncio.TimerHandle | None = None
         self._closing: asyncio.Task[None] | None = None
+        self._held: deque[tuple[int, str, dict[str, Any]]] = deque()
+        self.air.on_aired = self._release
         #: told once the mirror has closed (the registry forgets it)
         self.on_closed: Callable[[Mirror], None] | None = None
 
@@ -78,7 +89,7 @@ class Mirror(Broadcast):
         url = f"{self.origin}/v1/channels/{self.name}/listen"
         try:
             async with self.http.get(url, params={"format": "frames", "batch": "1"},
-                                     headers=self._headers) as response:
+                                     headers=self._link_headers) as response:
                 if response.status != 200:
                     reason = f"origin refused the link: HTTP {response.status}"
                     return
@@ -119,8 +130,26 @@ class Mirror(Broadcast):
                         with contextlib.suppress(ValueError, TypeError):
                             data = json.loads(text[6:])
                             if isinstance(data, dict):
-                                self.events.publish(kind, **data)
+                                self._hold(kind, data)
                         kind = None
+
+    def _hold(self, kind: str, data: dict[str, Any]) -> None:
+        """Republish once the frames the link had brought by now are aired here."""
+        mark = self.link_frames - self.air.stats.link_dropped
+        if not self._held and mark <= self.air.stats.taken:
+            self.events.publish(kind, **data)
+            return
+        if len(self._held) >= MAX_HELD:  # bounded: the oldest goes out now
+            _, old_kind, old = self._held.popleft()
+            self.events.publish(old_kind, **old)
+        self._held.append((mark, kind, data))
+
+    def _release(self) -> None:
+        taken = self.air.stats.taken
+        held = self._held
+        while held and held[0][0] <= taken:
+            _, kind, data = held.popleft()
+            self.events.publish(kind, **data)
 
     # --- listeners ---------------------------------------------------------------------------
 
@@ -168,6 +197,8 @@ class Mirror(Broadcast):
                 if task is not current:
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            self._held.clear()  # not aired here: not heard
+            self.air.on_aired = None
             self.events.publish("channel_closed", reason=reason)
             self.events.close()
         finally:

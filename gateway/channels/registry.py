@@ -162,12 +162,17 @@ class ChannelRegistry:
         finally:
             self._mirroring.pop(name, None)
 
-    def _mirror(self, name: str, origin: str, authorization: str | None) -> Mirror:
+    def client(self) -> aiohttp.ClientSession:
+        """The one client session to other workers (the mirrors' links, the census)."""
         if self._http is None:
             self._http = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None, connect=5.0, sock_connect=5.0),
                 auto_decompress=False)
-        mirror = Mirror(name, origin, self._http, self.max_listeners, self.lag, authorization)
+        return self._http
+
+    def _mirror(self, name: str, origin: str, authorization: str | None) -> Mirror:
+        mirror = Mirror(name, origin, self.client(), self.max_listeners, self.lag, authorization,
+                        self_url=self.locator.self_url if self.locator is not None else "")
         mirror.on_closed = self._forget_mirror
         self._mirrors[name] = mirror
         mirror.start()

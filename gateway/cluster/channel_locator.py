@@ -41,3 +41,10 @@ class RedisChannelLocator:
             await self.directory.drop_channel(name, self._url)
         except Unavailable as exc:
             raise LocatorUnavailable(str(exc)) from exc
+
+    async def workers(self) -> list[str]:
+        try:
+            found = await self.directory.workers()
+        except Unavailable as exc:
+            raise LocatorUnavailable(str(exc)) from exc
+        return sorted({w.url.rstrip("/") for w in found} | {self._url})

@@ -76,12 +76,13 @@ def _or_none(value: str) -> str | None:
     return value.strip() or None
 
 
-_B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750 section 2.1
+#: an RFC 6750 §2.1 b64token: what a bearer token is (here and in gateway/api/access.py)
+B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 def _token(value: str) -> str:
     """A static bearer token: never one that configures auth open (empty, whitespace)."""
-    if not _B64TOKEN.fullmatch(value):
+    if not B64TOKEN.fullmatch(value):
         raise argparse.ArgumentTypeError(
             "an auth token is 1+ of A-Z a-z 0-9 - . _ ~ + / (then = padding); got "
             + (

@@ -70,6 +70,10 @@ from gateway.tts.base import Synthesizer
 
 log = logging.getLogger(__name__)
 UPLINK_RATE, ASR_RATE, ASR_FRAME = 24_000, 16_000, 320
+#: the uplink's capture times are followed to within this (a resampled frame comes a period
+#: early or late; a stall or skipped periods move them more) ...
+CLOCK_JUMP_S = 0.045
+CLOCK_JUMPS_KEPT = 16  # ... and this many jumps are remembered
 
 #: The microphone's receive path (session/webrtc_leg.py). A shallow jitter buffer: what is heard
 #: feeds VAD and ASR, not a loudspeaker, and every frame of depth delays endpointing and
@@ -210,8 +214,10 @@ class Duplex:
         self.turns: deque[Turn] = deque(maxlen=max_turns_kept)
         self._resampler = Resampler(UPLINK_RATE, ASR_RATE)
         self._pending = np.zeros(0, dtype=np.int16)
-        self._stream_t0: float | None = None  # monotonic time of the listener's second 0
-        self._heard_at: deque[float] = deque(maxlen=1500)  # the last 30 s of frames' times
+        #: capture time minus listener stream time (``PcmFrame.at``), from a stream time on:
+        #: one entry per jump of the uplink clock (a stall, skipped periods), not per frame
+        self._offsets: deque[tuple[float, float]] = deque(maxlen=CLOCK_JUMPS_KEPT)
+        self._last_at = 0.0  # the last frame's capture time
         self._reply: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self.frames_heard = 0
@@ -221,20 +227,19 @@ class Duplex:
         self.last_barge_in: tuple[float, float] | None = None
 
     # -- hearing (called for every 20 ms the uplink plays: keep it cheap) --------------------
-    def hear(self, pcm24k: np.ndarray) -> None:
+    def hear(self, pcm24k: np.ndarray, at: float | None = None) -> None:
+        """One uplink frame and when it was captured (``PcmFrame.at``; now if not given)."""
         if self._closed:
             return
-        if self._stream_t0 is None:
-            self._stream_t0 = time.monotonic()
+        at = time.monotonic() if at is None else at
         pcm = self._resampler.push(pcm24k)
         if self._pending.size:
             pcm = np.concatenate((self._pending, pcm))
         cut = pcm.size - pcm.size % ASR_FRAME
         self._pending = pcm[cut:]
-        now = time.monotonic()
         for start in range(0, cut, ASR_FRAME):
             self.frames_heard += 1
-            self._heard_at.append(now)  # when frame ``frames_heard - 1`` was heard
+            self._clock(self.frames_heard * ASR_FRAME / ASR_RATE, at)
             frame = pcm[start : start + ASR_FRAME]
             if self._pausing:
                 power = float(np.mean(np.square(frame, dtype=np.float64))) / 32768.0 ** 2
@@ -268,13 +273,26 @@ class Duplex:
             self.conversation.resume()
             self.events.publish("reply_resumed", turn=self.listener.turn)
 
+    def _clock(self, stream_s: float, at: float) -> None:
+        """Stream time ``stream_s`` (the end of an ASR frame) was captured at ``at``."""
+        offset = at - stream_s
+        if not self._offsets or abs(offset - self._offsets[-1][1]) > CLOCK_JUMP_S:
+            self._offsets.append((stream_s, offset))
+        self._last_at = at
+
     def _mono(self, stream_s: float) -> float:
-        """When the listener's stream time ``stream_s`` (the end of a 20 ms frame) was heard."""
-        frame = round(stream_s / 0.020) - 1
-        first = self.frames_heard - len(self._heard_at)
-        if first <= frame < self.frames_heard:
-            return self._heard_at[frame - first]
-        return (self._stream_t0 or time.monotonic()) + stream_s
+        """When the listener's stream time ``stream_s`` was captured: the uplink is a clocked
+        stream (every 20 ms period played, concealed if lost), so between jumps of its clock
+        stream time and capture time advance together (and nothing heard was captured after
+        the last frame)."""
+        if not self._offsets:
+            return time.monotonic()
+        offset = self._offsets[0][1]
+        for since, later in reversed(self._offsets):
+            if since <= stream_s:
+                offset = later
+                break
+        return min(stream_s + offset, self._last_at)
 
     @property
     def speaking(self) -> bool:

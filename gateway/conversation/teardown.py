@@ -39,8 +39,9 @@ them (when idle, or once they add up).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from gateway import aiortc_compat
@@ -93,6 +94,35 @@ async def close_steps(what: str, steps: Sequence[Callable[[], Awaitable[None]]])
             log.exception("%s: closing step failed", what)
 
 
+class CloseOnce:
+    """A session's close, run once: the first ``begin`` runs it, a later one waits for it to
+    end; ``soon`` starts it from a callback (a failed peer connection, the idle sweep)."""
+
+    def __init__(self) -> None:
+        self.closed = asyncio.Event()  # set once the close has run
+        self.reason: str | None = None  # why, from the first close
+        self._task: asyncio.Task[None] | None = None
+
+    def soon(self, close: Callable[[str], Coroutine[Any, Any, None]], reason: str) -> None:
+        if self._task is None and not self.closed.is_set():
+            self._task = asyncio.get_running_loop().create_task(close(reason))
+
+    async def begin(self, reason: str) -> bool:
+        """True for the first close, which runs its steps and then calls ``finish``; a later
+        one waits for it and gets False."""
+        if self.reason is not None:
+            await self.closed.wait()
+            return False
+        self.reason = reason
+        return True
+
+    def finish(self) -> None:
+        """The close ran: ``closed`` is set, the closing task forgotten (a cycle through the
+        session otherwise: task -> coroutine -> session)."""
+        self.closed.set()
+        self._task = None
+
+
 def release_speech(session: Any) -> None:
     """The speech part of ``release``, for sessions of other front doors (a Realtime
     WebSocket: a conversation and no WebRTC leg)."""
@@ -101,7 +131,6 @@ def release_speech(session: Any) -> None:
 
 def _release_session(session: Session) -> None:
     session.webrtc.on_failed = _ignore
-    session._closing = None  # the closing task (done or finishing: it runs this)
 
 
 def _release_speech(session: Session) -> None:

@@ -32,10 +32,8 @@ class RealtimeSession:
         self.transport = transport
         self.created_at = time.monotonic()
         self.last_activity = self.created_at
-        self.closed = asyncio.Event()
-        self.close_reason: str | None = None
+        self._close = teardown.CloseOnce()
         self._on_closed = on_closed
-        self._closing: asyncio.Task[None] | None = None
 
     @property
     def speaker(self) -> Speaker:
@@ -51,25 +49,30 @@ class RealtimeSession:
             self.last_activity = now
         return now - max(self.last_activity, self.engine.last_activity)
 
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set once the session has closed."""
+        return self._close.closed
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._close.reason
+
     def close_soon(self, reason: str) -> None:
-        if self._closing is None and not self.closed.is_set():
-            self._closing = asyncio.get_running_loop().create_task(self.close(reason))
+        self._close.soon(self.close, reason)
 
     async def close(self, reason: str = "closed") -> None:
-        if self.close_reason is not None:
-            await self.closed.wait()
+        if not await self._close.begin(reason):
             return
-        self.close_reason = reason
         log.info("realtime session %s closing: %s", self.id, reason, extra={"session": self.id})
         try:
             await teardown.close_steps(f"realtime session {self.id}",
                                        (self.engine.close, self.conversation.close))
         finally:
-            self.closed.set()
+            self._close.finish()
             if self._on_closed is not None:
                 self._on_closed(self)
             self._on_closed = None
-            self._closing = None
             try:  # its reference cycles cut: refcounting frees it (no full collection)
                 teardown.release_speech(self)
                 gc_policy.watch_closed([self, self.conversation, self.speaker, self.engine])

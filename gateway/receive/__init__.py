@@ -7,6 +7,7 @@ switches, with the recording and the period log off unless asked for. Its parts:
 
 * jitter_buffer.py: adaptive, one slot per sequence number, each at its real duration (10-60 ms
   packets), pauses (DTX, mute: a timestamp jump with no sequence gap) told apart from loss;
+  its window of slots in slot_window.py, its results and counters in jitter_types.py;
 * loss_tracker.py: loss is a sequence gap, never a pause; the NACK generator is gateway.rtp's
   (retries 1.5 RTT apart, capped per second), nack_sender.py sends what it asks for when it is
   due (the component's one task);

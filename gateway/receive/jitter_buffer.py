@@ -43,82 +43,32 @@ three in a row that far behind, mean the sender restarted: the buffer flushes an
 the new numbers. Memory is bounded: at most ``capacity`` packets are buffered (older ones are
 discarded to make room) and ``capacity`` played sequence numbers are remembered for duplicate
 detection.
+
+The window of slots (what is buffered, the playout point, lengths and depth, what was played)
+is ``slot_window.SlotWindow``; the target depth ``jitter_target.JitterTarget``; this module is
+the ingest (resync, duplicates, lateness) and the playout policy (start, underrun, skip, trim).
 """
 
 from __future__ import annotations
 
-import enum
 import functools
-from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from gateway.receive.jitter_target import JitterTarget
+from gateway.receive.jitter_types import (
+    UNDERRUN,
+    InsertResult,
+    JitterStats,
+    Packet,
+    PopKind,
+    PopResult,
+    SlotState,
+)
 from gateway.receive.opus_packet import MAX_PACKET_TICKS
+from gateway.receive.slot_window import SlotWindow
 from gateway.rtp.seqnum import SEQ_MASK, Unwrapper
 
-_TICK_STEP = 120  # 2.5 ms at 48 kHz: the finest Opus frame, and PLC's granularity
-
-
-class PopKind(enum.Enum):
-    FRAME = "frame"
-    LOST = "lost"
-    UNDERRUN = "underrun"
-
-
-class InsertResult(enum.Enum):
-    ACCEPTED = "accepted"
-    LATE = "late"
-    DUPLICATE = "duplicate"
-
-
-class SlotState(enum.Enum):
-    """What :meth:`JitterBuffer.slot_state` says of a sequence number (for RED's copies)."""
-
-    MISSING = "missing"  # between the playout point and the newest, not buffered: fill it
-    HELD = "held"  # buffered, or already played
-    LATE = "late"  # its playout time passed while it was missing (played as lost, or skipped)
-    PASSED = "passed"  # behind the playout point, not known (before the start, or forgotten)
-    AHEAD = "ahead"  # newer than the newest packet, or no stream yet
-
-
-@dataclass(frozen=True, slots=True)
-class PopResult:
-    kind: PopKind
-    seq: int | None = None  # 16-bit seq of the slot played (FRAME) or missing (LOST)
-    timestamp: int | None = None  # RTP timestamp (FRAME only)
-    payload: bytes | None = None  # FRAME only
-    fec_payload: bytes | None = None  # LOST only: payload of seq + 1, if already buffered
-    duration: int = 0  # RTP ticks the slot stands for (0: unknown, one frame)
-    ts_gap: int = 0  # FRAME only: timestamp jump before it with no sequence gap (a pause)
-
-
-@dataclass
-class JitterStats:
-    received: int = 0  # every insert() call
-    late: int = 0  # arrived after its playout point (played out as lost, or skipped)
-    duplicate: int = 0
-    lost: int = 0  # slots missing at playout time (concealed, FEC'd or skipped)
-    dropped: int = 0  # buffered packets discarded to cut latency or on overflow
-    played: int = 0
-    underruns: int = 0  # transitions from playing to underrun (pauses included)
-    pauses: int = 0  # ... of those, resumed on a timestamp jump with no sequence gap
-    resyncs: int = 0  # stream (re)starts: the first packet, and jumps of >= resync_frames
-    target_frames: int = 0
-    depth: int = 0  # frames (20 ms) from the playout point to the end of the newest packet
-    jitter_ms: float = 0.0
-
-
-@dataclass(slots=True)
-class _Packet:
-    seq: int
-    timestamp: int
-    uts: int  # unwrapped timestamp
-    duration: int  # RTP ticks
-    payload: bytes
-    arrival: float
-
-
-_UNDERRUN = PopResult(PopKind.UNDERRUN)
+__all__ = ["InsertResult", "JitterBuffer", "JitterStats", "PopKind", "PopResult", "SlotState"]
 
 
 class JitterBuffer:
@@ -168,22 +118,15 @@ class JitterBuffer:
 
     def _resync(self) -> None:
         """Start over on a new timeline (sender restart): keeps statistics and target."""
-        self._packets: dict[int, _Packet] = {}  # unwrapped seq -> packet
-        self._buffered_ticks = 0  # sum of their durations
+        self._window = SlotWindow(self._capacity)
         self._seqs = Unwrapper(16)
         self._tss = Unwrapper(32)
-        self._next: int | None = None  # unwrapped seq to play next
-        self._newest: int | None = None
-        self._play_end: int | None = None  # unwrapped timestamp where the last slot ended
         self._playing = False
         self._started = False
         self._resumed = False  # playing again after an underrun, nothing played since
         self._underrun_since: float | None = None  # unplayed pops since then, not yet skipped
         self._excess_ticks = 0
         self._far_streak = 0
-        self._played: deque[int] = deque(maxlen=self._capacity)  # played or lost, in order
-        self._played_set: set[int] = set()
-        self._lost_set: set[int] = set()
         self._delay.restart()
 
     # -- input ----------------------------------------------------------------------------
@@ -201,25 +144,27 @@ class JitterBuffer:
         """``duration``: the packet's length in RTP ticks (None: the stream's so far)."""
         self._stats.received += 1
         seq &= SEQ_MASK
-        if self._newest is not None:
-            jump = self._seqs.peek(seq) - self._newest
+        w = self._window
+        if w.newest is not None:
+            jump = self._seqs.peek(seq) - w.newest
             if jump >= self._resync_frames:
-                self._stats.dropped += len(self._packets)
+                self._stats.dropped += len(w.packets)
                 self._resync()  # far ahead: whatever is buffered is stale
             elif -jump >= self._resync_frames:
                 self._far_streak += 1
                 if self._far_streak < 3:
                     self._stats.late += 1
                     return InsertResult.LATE
-                self._stats.dropped += len(self._packets)
+                self._stats.dropped += len(w.packets)
                 self._resync()  # three in a row from far behind: the sender restarted
             else:
                 self._far_streak = 0
-        if self._newest is None:
+            w = self._window
+        if w.newest is None:
             self._stats.resyncs += 1
         useq = self._seqs.unwrap(seq)
         uts = self._tss.unwrap(timestamp & 0xFFFFFFFF)
-        if useq in self._packets or useq in self._played_set:
+        if useq in w.packets or useq in w.played_set:
             self._stats.duplicate += 1
             return InsertResult.DUPLICATE
         if duration is not None and 0 < duration <= MAX_PACKET_TICKS:
@@ -227,45 +172,34 @@ class JitterBuffer:
         ticks = self._packet_ticks if duration is None else max(1, duration)
         if not retransmitted:
             self._delay.measure(uts, arrival_time, self._packet_ticks)
-        if self._next is None:
-            self._next = useq
-        elif useq < self._next:
-            if self._started or self._newest is None or self._newest - useq >= self._capacity:
+        if w.next is None:
+            w.next = useq
+        elif useq < w.next:
+            if self._started or w.newest is None or w.newest - useq >= self._capacity:
                 self._stats.late += 1
                 return InsertResult.LATE
-            self._next = useq  # reordered before the first frame was played
-        packet = _Packet(seq, timestamp & 0xFFFFFFFF, uts, ticks, payload, arrival_time)
-        self._packets[useq] = packet
-        self._buffered_ticks += ticks
-        if self._newest is None or useq > self._newest:
-            self._newest = useq
-        if useq - self._next >= self._capacity:
-            self._slide(useq - self._capacity + 1)
+            w.next = useq  # reordered before the first frame was played
+        w.add(useq, Packet(seq, timestamp & 0xFFFFFFFF, uts, ticks, payload, arrival_time))
+        if useq - w.next >= self._capacity:
+            self._stats.dropped += w.slide(useq - self._capacity + 1)
+            self._underrun_since = None
         return InsertResult.ACCEPTED
-
-    def _slide(self, new_next: int) -> None:
-        """Keep the window within capacity: discard what falls out, skip the empty head."""
-        for useq in [s for s in self._packets if s < new_next]:
-            self._buffered_ticks -= self._packets.pop(useq).duration
-            self._stats.dropped += 1
-        self._next = min(self._packets)
-        self._play_end = None  # the timeline broke here
-        self._underrun_since = None
 
     # -- output ---------------------------------------------------------------------------
 
     def pop(self, now: float) -> PopResult:
-        if self._next is None:
-            return _UNDERRUN
+        w = self._window
+        if w.next is None:
+            return UNDERRUN
         if not self._playing and not self._try_start(now):
-            return _UNDERRUN
-        if not self._packets:
+            return UNDERRUN
+        if not w.packets:
             self._playing = False
             self._stats.underruns += 1
             self._underrun_since = now
-            return _UNDERRUN
-        head = self._slot_ticks(self._next)
-        if self._depth_ticks() - head >= self._delay.target * self._frame_ticks:
+            return UNDERRUN
+        head = w.slot_ticks(w.next, self._packet_ticks)
+        if w.depth_ticks(self._packet_ticks) - head >= self._delay.target * self._frame_ticks:
             self._excess_ticks += head
             if self._excess_ticks >= self._catchup_ticks:
                 self._excess_ticks = 0
@@ -276,42 +210,42 @@ class JitterBuffer:
 
     def _discard_head(self, ticks: int) -> None:
         """Drop the head slot to cut latency (one more than the target stayed buffered)."""
-        assert self._next is not None
-        packet = self._packets.pop(self._next, None)
+        w = self._window
+        assert w.next is not None
+        packet = w.take(w.next)
         if packet is None:
             self._stats.lost += 1
-            self._remember(self._next, lost=True)
+            w.remember(w.next, lost=True)
         else:
             self._stats.dropped += 1
-            self._buffered_ticks -= packet.duration
-        self._advance_end(packet, ticks)
-        self._next += 1
+        w.advance_end(packet, ticks)
+        w.next += 1
 
     def _play_head(self) -> PopResult:
-        assert self._next is not None
-        useq = self._next
-        self._next += 1
+        w = self._window
+        assert w.next is not None
+        useq = w.next
+        w.next += 1
         resumed, self._resumed = self._resumed, False
-        packet = self._packets.pop(useq, None)
+        packet = w.take(useq)
         if packet is None:
             self._stats.lost += 1
-            self._remember(useq, lost=True)
-            ticks = self._missing_ticks(useq)
-            self._advance_end(None, ticks)
-            fec = self._packets.get(self._next)
+            w.remember(useq, lost=True)
+            ticks = w.missing_ticks(useq, self._packet_ticks)
+            w.advance_end(None, ticks)
+            fec = w.packets.get(w.next)
             return PopResult(
                 PopKind.LOST,
                 useq & SEQ_MASK,
                 fec_payload=fec.payload if fec else None,
                 duration=ticks,
             )
-        self._buffered_ticks -= packet.duration
-        gap = self._ts_gap(packet)
+        gap = w.ts_gap(packet, self._packet_ticks)
         if resumed and gap:
             self._stats.pauses += 1
-        self._advance_end(packet, packet.duration)
+        w.advance_end(packet, packet.duration)
         self._stats.played += 1
-        self._remember(useq)
+        w.remember(useq)
         return PopResult(
             PopKind.FRAME,
             packet.seq,
@@ -322,16 +256,17 @@ class JitterBuffer:
         )
 
     def _try_start(self, now: float) -> bool:
-        assert self._next is not None
-        if not self._packets:
+        w = self._window
+        assert w.next is not None
+        if not w.packets:
             if self._started and self._underrun_since is None:
                 self._underrun_since = now
             return False
         if self._underrun_since is not None:
             self._skip_passed(now)
-        waited = now - min(p.arrival for p in self._packets.values())
+        waited = now - min(p.arrival for p in w.packets.values())
         target = self._delay.target
-        deep_enough = self._depth_ticks() >= target * self._frame_ticks
+        deep_enough = w.depth_ticks(self._packet_ticks) >= target * self._frame_ticks
         if deep_enough or waited >= target * self._frame_s - 1e-9:
             self._resumed = self._started
             self._playing = True
@@ -345,82 +280,36 @@ class JitterBuffer:
 
     def _skip_passed(self, now: float) -> None:
         """Skip the missing head slots whose time already went by as underruns (lost)."""
-        assert self._next is not None and self._underrun_since is not None
+        w = self._window
+        assert w.next is not None and self._underrun_since is not None
         periods = round((now - self._underrun_since) / self._frame_s)
         self._underrun_since = None
         budget = periods * self._frame_ticks
-        oldest = min(self._packets)
-        while self._next < oldest:
-            ticks = self._missing_ticks(self._next)
+        oldest = min(w.packets)
+        while w.next < oldest:
+            ticks = w.missing_ticks(w.next, self._packet_ticks)
             if ticks > budget:
                 break
             budget -= ticks
-            self._advance_end(None, ticks)
-            self._remember(self._next, lost=True)
-            self._next += 1
+            w.advance_end(None, ticks)
+            w.remember(w.next, lost=True)
+            w.next += 1
             self._stats.lost += 1
-
-    def _advance_end(self, packet: _Packet | None, ticks: int) -> None:
-        if packet is not None:
-            self._play_end = packet.uts + ticks
-        elif self._play_end is not None:
-            self._play_end += ticks
-
-    def _ts_gap(self, packet: _Packet) -> int:
-        if self._play_end is None:
-            return 0
-        gap = packet.uts - self._play_end
-        return gap if gap >= max(_TICK_STEP, self._packet_ticks // 2) else 0
-
-    def _missing_ticks(self, useq: int) -> int:
-        """How long the missing slot ``useq`` was: the timestamp span to the next packet there
-        is, shared by the slots missing before it; the stream's packet duration when that does
-        not look like packets (a pause or a restart in between)."""
-        assert self._newest is not None
-        if self._play_end is not None:
-            for later in range(useq + 1, self._newest + 1):
-                packet = self._packets.get(later)
-                if packet is not None:
-                    each = (packet.uts - self._play_end) / (later - useq)
-                    if _TICK_STEP / 2 <= each <= MAX_PACKET_TICKS:
-                        return max(_TICK_STEP, round(each / _TICK_STEP) * _TICK_STEP)
-                    break
-        return self._packet_ticks
-
-    def _slot_ticks(self, useq: int) -> int:
-        packet = self._packets.get(useq)
-        return self._missing_ticks(useq) if packet is None else packet.duration
-
-    def _remember(self, useq: int, *, lost: bool = False) -> None:
-        """A slot whose playout time came: played (duplicates of it are refused) or lost."""
-        if len(self._played) == self._played.maxlen:
-            oldest = self._played[0]
-            self._played_set.discard(oldest)
-            self._lost_set.discard(oldest)
-        self._played.append(useq)
-        (self._lost_set if lost else self._played_set).add(useq)
-
-    def _depth_ticks(self) -> int:
-        """Media from the playout point to the end of the newest packet (gaps at the stream's
-        packet duration)."""
-        if not self._packets or self._next is None or self._newest is None:
-            return 0
-        missing = self._newest - self._next + 1 - len(self._packets)
-        return self._buffered_ticks + missing * self._packet_ticks
 
     # -- state ----------------------------------------------------------------------------
 
     def slot_state(self, seq: int) -> SlotState:
         """Whether the slot ``seq`` could still take a packet (a redundant copy, say)."""
-        if self._newest is None or self._next is None:
+        w = self._window
+        if w.newest is None or w.next is None:
             return SlotState.AHEAD
         useq = self._seqs.peek(seq & SEQ_MASK)
-        if useq in self._packets or useq in self._played_set:
+        if useq in w.packets or useq in w.played_set:
             return SlotState.HELD
-        if useq > self._newest:
+        if useq > w.newest:
             return SlotState.AHEAD
-        if useq < self._next:
-            return SlotState.LATE if useq in self._lost_set else SlotState.PASSED
+        if useq < w.next:
+            return SlotState.LATE if useq in w.lost_set else SlotState.PASSED
         return SlotState.MISSING
 
     def set_min_frames(self, frames: int, *, release: bool = False) -> None:
@@ -441,7 +330,8 @@ class JitterBuffer:
     @property
     def playout_seq(self) -> int | None:
         """16-bit seq of the next slot to play (anything older is late); None before start."""
-        return None if self._next is None else self._next & SEQ_MASK
+        nxt = self._window.next
+        return None if nxt is None else nxt & SEQ_MASK
 
     @property
     def target_frames(self) -> int:
@@ -450,7 +340,7 @@ class JitterBuffer:
     @property
     def depth_frames(self) -> float:
         """Buffered media in frames (20 ms), gaps included: what ``target_frames`` is about."""
-        return self._depth_ticks() / self._frame_ticks
+        return self._window.depth_ticks(self._packet_ticks) / self._frame_ticks
 
     @property
     def packet_ticks(self) -> int:

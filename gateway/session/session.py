@@ -54,10 +54,8 @@ class Session:
         self.webrtc = webrtc
         self.created_at = time.monotonic()
         self.last_activity = self.created_at  # an API request, or speech (see ``idle_for``)
-        self.closed = asyncio.Event()
-        self.close_reason: str | None = None
+        self._close = teardown.CloseOnce()
         self._on_closed = on_closed
-        self._closing: asyncio.Task[None] | None = None
         webrtc.on_failed = self.close_soon
 
     @property
@@ -95,7 +93,7 @@ class Session:
             raise
         if leg.uplink is not None and duplex is not None:
             session.duplex = duplex.make(conversation)
-            leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm)
+            leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm, frame.at)
                                     if session.duplex is not None else None)
             session.duplex.start()
         return session, answer
@@ -109,15 +107,21 @@ class Session:
             self.last_activity = now
         return now - self.last_activity
 
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set once the session has closed."""
+        return self._close.closed
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._close.reason
+
     def close_soon(self, reason: str) -> None:
-        if self._closing is None and not self.closed.is_set():
-            self._closing = asyncio.get_running_loop().create_task(self.close(reason))
+        self._close.soon(self.close, reason)
 
     async def close(self, reason: str = "closed") -> None:
-        if self.close_reason is not None:
-            await self.closed.wait()
+        if not await self._close.begin(reason):
             return
-        self.close_reason = reason
         log.info("session %s closing: %s", self.id, reason, extra={"session": self.id})
         try:
             steps = [self.conversation.close, self.webrtc.close]
@@ -125,7 +129,7 @@ class Session:
                 steps.insert(0, self.duplex.close)
             await teardown.close_steps(f"session {self.id}", steps)
         finally:
-            self.closed.set()
+            self._close.finish()
             if self._on_closed is not None:
                 self._on_closed(self)
             teardown.release(self)

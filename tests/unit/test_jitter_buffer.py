@@ -343,7 +343,7 @@ def test_random_impairment_invariants(seed):
     assert s.played == len(played) == len(set(played))
     assert s.received == len(arrivals)
     accepted = s.received - s.late - s.duplicate
-    buffered = len(jb._packets)
+    buffered = len(jb._window.packets)
     assert accepted == s.played + s.dropped + buffered
     assert 2 <= s.target_frames <= 5
-    assert len(jb._played_set) <= 50
+    assert len(jb._window.played_set) <= 50
