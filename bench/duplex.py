@@ -82,12 +82,15 @@ from bench.duplex_peer import (
 from bench.load import pinned, stop, tail
 from gateway import aiortc_compat
 
-TARGET_MS = 800.0
+TARGET_MS = 450.0  # end of speech -> first audible reply, median (issue 26)
+TARGET_P90_MS = 550.0
 WARM_UP = "Hello, can you hear me?"
 SPLIT_KEYS = ("endpointing", "asr", "agent_first_text", "tts_first_audio",
               "end_of_speech_to_audio")
 CONFIGS: dict[str, dict[str, Any]] = {
-    "echo": {"agent": "echo", "extra": []},
+    # the two end-of-turn detectors, named so (whichever is the gateway's default)
+    "echo": {"agent": "echo", "extra": ["--turn-detector", "silence"]},
+    "echo-smart": {"agent": "echo", "extra": ["--turn-detector", "smart-turn"]},
     "chat": {"agent": "chat", "extra": []},
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
     # what the speculative final decode buys: the final decoded only once the turn has ended
@@ -327,7 +330,7 @@ def f(v: Any, spec: str = "7.0f") -> str:
 
 def print_latency(results: dict[str, dict[str, Any]]) -> None:
     print(f"\nend of user speech -> first audible reply (ms; median / p90 over the measured "
-          f"turns; target median <= {TARGET_MS:.0f})")
+          f"turns; target median <= {TARGET_MS:.0f}, p90 <= {TARGET_P90_MS:.0f})")
     print(f"{'config':<10} {'n':>3} {'client':>7} {'p90':>7} {'uplink':>7} {'(vad)':>7} "
           f"{'endpt':>7} {'asr':>7} {'asr p90':>7} {'agent':>7} {'tts':>7} {'lead-in':>7} "
           f"{'server':>7} {'-LLM':>7} {'WER %':>6} {'load1':>5}")
@@ -462,11 +465,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     all_rows = [t for r in data["latency"].values() for t in r["turns"]]
     data["wer_all"] = wer([(t["question"], t["transcript"]) for t in all_rows if t["turns"]])
     data["summary"] = {
-        "target_median_ms": TARGET_MS,
+        "target_median_ms": TARGET_MS, "target_p90_ms": TARGET_P90_MS,
         "median_ms": {n: r["client_end_of_speech_to_audible_ms"]["median"]
                       for n, r in data["latency"].items()},
+        "p90_ms": {n: r["client_end_of_speech_to_audible_ms"]["p90"]
+                   for n, r in data["latency"].items()},
         "target_met": {n: (r["client_end_of_speech_to_audible_ms"]["median"] or 1e9)
-                       <= TARGET_MS for n, r in data["latency"].items()},
+                       <= TARGET_MS and (r["client_end_of_speech_to_audible_ms"]["p90"]
+                                         or 1e9) <= TARGET_P90_MS
+                       for n, r in data["latency"].items()},
         "talking_sessions_held_on_one_core": max(held) if held else None,
         "broke_at": next((r["n"] for r in data["ramp"] if r["broken"]), None),
     }
@@ -477,7 +484,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--turns", type=int, default=20, help="measured questions per configuration")
-    p.add_argument("--configs", default="echo,chat,echo-fast",
+    p.add_argument("--configs", default="echo,echo-smart,chat,echo-fast",
                    help=f"comma-separated, of {', '.join(CONFIGS)} ('' for none)")
     p.add_argument("--chat-delay-ms", type=float, default=100.0,
                    help="the chat stand-in's first-token delay (subtracted)")
@@ -508,7 +515,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         args.turns = min(args.turns, 5)
         if args.configs == p.get_default("configs"):
-            args.configs = "echo,chat"
+            args.configs = "echo,echo-smart"
         args.ladder = "3" if args.ladder == p.get_default("ladder") else args.ladder
         args.ramp_questions = min(args.ramp_questions, 2)
         args.period = min(args.period, 5.0)
@@ -538,8 +545,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"({w['edits']} edits / {w['reference_words']} words, {w['exact_utterances']}/"
               f"{w['utterances']} utterances exact)")
     for name, ok in s["target_met"].items():
-        print(f"target median <= {TARGET_MS:.0f} ms, {name}: "
-              f"{'met' if ok else 'MISSED'} ({s['median_ms'][name]} ms)")
+        print(f"target median <= {TARGET_MS:.0f} / p90 <= {TARGET_P90_MS:.0f} ms, {name}: "
+              f"{'met' if ok else 'MISSED'} ({s['median_ms'][name]} / {s['p90_ms'][name]} ms, "
+              f"load average at the start {data['latency'][name]['loadavg_before']})")
     if data["ramp"]:
         print(f"talking sessions on one core: held up to N={s['talking_sessions_held_on_one_core']}"
               f", broke at N={s['broke_at']}")

@@ -2,7 +2,8 @@
 measured lateness). ``python -m bench.duplex_load`` (a table printed, JSON in bench/results/);
 it was a non-strict xfail test until 2026-12-02: a speed figure, so it belongs here. 10 talking
 and 200 listening sessions on a machine of 4 cores or more; on 2 cores, 4 and 100 (why below).
-``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override.
+``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override; ``DUPLEX_LOAD_TURN_DETECTOR``
+(default ``smart-turn``: the turn model's process busy too) or ``silence``.
 
 The gateway runs in this process (``start_gateway`` below, as the tests' fixture: duplex on,
 real Whisper tiny.en, Silero VAD, the echo agent, tone voices); its event loop paces every
@@ -84,6 +85,8 @@ BIG = (os.cpu_count() or 1) >= 4
 LISTENERS = int(os.environ.get("DUPLEX_LOAD_LISTENERS", "200" if BIG else "100"))
 TALKERS = int(os.environ.get("DUPLEX_LOAD_TALKERS", "10" if BIG else "4"))
 ASR = os.environ.get("DUPLEX_LOAD_ASR", "whisper:tiny.en")  # e.g. whisper:tiny.en?threads=1
+# smart-turn: the talkers' pauses judged by the turn model too (its own process)
+TURN_DETECTOR = os.environ.get("DUPLEX_LOAD_TURN_DETECTOR", "smart-turn")
 ROUNDS, QUIET_S, TALK_S = 2, 6.0, 8.0
 OTHERS_MAX_PCT = 30.0  # other processes' CPU (% of a core) above which pacing is not judged
 
@@ -188,6 +191,7 @@ def check(name: str, ok: bool, figure: object, target: str, checks: list[dict]) 
 async def run() -> dict:
     started = time.monotonic()
     gateway = await start_gateway(duplex=True, reply_voice="tone", asr=ASR,
+                                  turn_detector=TURN_DETECTOR,
                                   max_sessions=LISTENERS + TALKERS + 20, connect_timeout_s=60.0)
     tmp_path = Path(tempfile.mkdtemp(prefix="duplex_load_"))
     gateway.registry.gc.freeze()  # as gateway.cli does once serving

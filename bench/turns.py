@@ -33,8 +33,8 @@ import numpy as np
 from bench.common import pct, write_results
 from gateway.listen.listener import FinalTranscript, Listener
 from gateway.listen.recognizers import build_recognizer
-from gateway.listen.turn_model import SmartTurnModel
-from gateway.listen.turns import SpeechStopped, TurnOptions
+from gateway.listen.turn_model import TurnModel, load_turn_model
+from gateway.listen.turns import SemanticOptions, SpeechStopped, TurnOptions
 from gateway.listen.vad import build_vad
 from gateway.testing.spoken_audio import concat, silence, speak, trim
 
@@ -111,15 +111,17 @@ def build_items(voices: list[str]) -> list[Item]:
     return items
 
 
-def make_listener(recognizer: Any, model: SmartTurnModel | None) -> Listener:
+def make_listener(recognizer: Any, model: TurnModel | None,
+                  semantic: SemanticOptions | None = None) -> Listener:
     """As DuplexFactory.make builds it (session/duplex.py defaults)."""
     turns = TurnOptions(stop_ms=500, barge_in_ms=300, post_speech_ms=100)
     return Listener(recognizer, vad=build_vad("silero"), turns=turns, partials=True,
-                    speculate_ms=100, turn_model=model)
+                    speculate_ms=100, turn_model=model, semantic=semantic)
 
 
-async def run_item(item: Item, recognizer: Any, model: SmartTurnModel | None) -> Outcome:
-    listener = make_listener(recognizer, model)
+async def run_item(item: Item, recognizer: Any, model: TurnModel | None,
+                   semantic: SemanticOptions | None = None) -> Outcome:
+    listener = make_listener(recognizer, model, semantic)
     outcome = Outcome()
     loop = asyncio.get_running_loop()
     t0 = loop.time()
@@ -191,18 +193,32 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     load = getattr(recognizer, "load", None)
     if load is not None:
         await load()
-    model = SmartTurnModel()
-    # the model's floor on this machine now: its inference alone, on a finished sentence
+    model = load_turn_model("smart-turn")  # in its own process, as the gateway runs it
+    assert model is not None
+    start = getattr(model, "start", None)
+    if start is not None:
+        await asyncio.to_thread(start)
+    # the model's floor on this machine now: its inference alone (and the pipe), on a
+    # finished sentence
     floor = []
     for _ in range(5):
         started = time.perf_counter()
         model.probability(items[0].audio[: int((items[0].speech_end_s + 0.1) * RATE)])
         floor.append((time.perf_counter() - started) * 1000)
     results: dict[str, Any] = {}
-    for detector in ("silence", "smart-turn"):
+    detectors: dict[str, SemanticOptions | None] = {"silence": None}
+    default = SemanticOptions()
+    for variant in args.variants.split(","):
+        unsure, _, threshold = variant.partition(":")
+        options = SemanticOptions(unsure_silence_ms=int(unsure),
+                                  threshold=float(threshold or default.threshold))
+        name = "smart-turn" if options == default else \
+            f"smart-u{options.unsure_silence_ms}-p{options.threshold:g}"
+        detectors[name] = options
+    for detector, semantic in detectors.items():
         outcomes = []
         for item in items:
-            out = await run_item(item, recognizer, model if detector == "smart-turn" else None)
+            out = await run_item(item, recognizer, None if semantic is None else model, semantic)
             outcomes.append(out)
         results[detector] = summarise(items, outcomes)
         results[detector]["whisper_decode_ms"] = {
@@ -212,6 +228,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             results[detector]["turn_model_inference_ms"] = {
                 "median": round(statistics.median(inference), 1), "n": len(inference)}
     await recognizer.close()
+    close = getattr(model, "close", None)
+    if close is not None:
+        close()
     return {"target": TARGET, "voices": voices, "load_average_start": load_start,
             "load_average_end": [round(v, 2) for v in os.getloadavg()],
             "turn_model_inference_ms": {"median": round(statistics.median(floor), 1),
@@ -239,6 +258,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--voices", default="espeak,piper")
     parser.add_argument("--quick", action="store_true", help="espeak-ng only")
+    default = SemanticOptions()
+    parser.add_argument("--variants", default=f"{default.unsure_silence_ms}:{default.threshold}",
+                        help="smart-turn variants, comma-separated UNSURE_MS[:THRESHOLD]: the "
+                        "pause that ends a turn the model calls unfinished whose transcript "
+                        "could end there, and P(complete) from which it is finished")
     args = parser.parse_args()
     if args.quick:
         args.voices = "espeak"
@@ -249,7 +273,7 @@ def main() -> None:
         for row in r["per_item"]:
             print(f"  {name:<10} {row['voice']:<6} false_end={row['false_end']!s:<5} "
                   f"eot={row['end_of_turn_ms']!s:>5} final={row['final_ms']!s:>5} "
-                  f"{row['text']}")
+                  f"{row['text']} | P={[v[0] for v in row['verdicts']]} {row['transcripts']}")
     print(f"results: {path}")
 
 

@@ -155,6 +155,32 @@ async def test_text_modality_streams_text_and_no_audio(realtime):
 
 
 @needs_espeak
+async def test_semantic_vad_is_served_by_the_turn_model(realtime):
+    need_module("onnxruntime", "the [listen] extra (the Smart Turn model)")
+    rt = await realtime()
+    await rt.conn.session.update(session={"type": "realtime", "audio": {"input": {
+        "transcription": {"model": "whisper-1"},
+        "turn_detection": {"type": "semantic_vad", "eagerness": "auto"}}}})
+    updated = await rt.first("session.updated")
+    assert updated.session.audio.input.turn_detection.type == "semantic_vad"
+    sid = rt.of("session.created")[0].session.id
+    async with rt.gateway.http.get(f"{rt.gateway.url}/v1/sessions/{sid}") as r:
+        state = (await r.json())["realtime"]
+    assert state["turn_detection"] == "semantic_vad" and state["turn_detector"] == "smart-turn"
+    await rt.stream(pcm24k(concat(speak("Please turn off the lights in the kitchen."),
+                                  silence(2.0))))
+    completed = await rt.first("conversation.item.input_audio_transcription.completed", 60)
+    assert "kitchen" in completed.transcript.lower(), completed.transcript
+    done = await rt.first("response.done", 60)
+    assert done.response.status == "completed"
+    await rt.conn.session.update(session={"type": "realtime", "audio": {"input": {
+        "turn_detection": {"type": "server_vad"}}}})
+    await rt.first("session.updated", after=1)
+    async with rt.gateway.http.get(f"{rt.gateway.url}/v1/sessions/{sid}") as r:
+        assert (await r.json())["realtime"]["turn_detector"] == "silence"
+
+
+@needs_espeak
 async def test_a_spoken_question_is_detected_transcribed_and_answered(realtime):
     rt = await realtime()
     await rt.conn.session.update(session={"type": "realtime", "audio": {"input": {

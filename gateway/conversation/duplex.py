@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections import deque
@@ -521,10 +520,24 @@ def _speech(transcript: Transcript) -> bool:
     return transcript.no_speech_prob is None or transcript.no_speech_prob < 0.5
 
 
-@functools.cache
+_TURN_MODELS: dict[str, TurnModel | None] = {}
+
+
 def turn_model(kind: str) -> TurnModel | None:
-    """The process's model for a turn detector kind (loaded on first use; None: silence)."""
-    return load_turn_model(kind)
+    """The process's model for a turn detector kind (made on first use, its child process
+    started off the loop; None: silence). Cheap to call on the loop."""
+    if kind not in _TURN_MODELS:
+        _TURN_MODELS[kind] = load_turn_model(kind)
+    return _TURN_MODELS[kind]
+
+
+def close_turn_models() -> None:
+    """Stop the models' child processes (blocking: call it off the loop). A model used again
+    afterwards starts its child again."""
+    for model in _TURN_MODELS.values():
+        close = getattr(model, "close", None)
+        if close is not None:
+            close()
 
 
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
@@ -577,8 +590,10 @@ class DuplexFactory:
         load = getattr(self.recognizer, "load", None)
         if load is not None:
             await load()
-        if self.options.turn_detector != "silence":  # loaded once, off the loop
-            await asyncio.to_thread(turn_model, self.options.turn_detector)
+        model = turn_model(self.options.turn_detector)
+        start = getattr(model, "start", None)
+        if start is not None:  # its child process up and warm before the first session
+            await asyncio.to_thread(start)
 
     def make(self, conversation: Conversation, turn_detector: str | None = None) -> Duplex:
         """``turn_detector``: this session's (default: the gateway's); ``Duplex.
@@ -603,3 +618,4 @@ class DuplexFactory:
     async def close(self) -> None:
         await self.recognizer.close()
         await self.agent.close()
+        await asyncio.to_thread(close_turn_models)

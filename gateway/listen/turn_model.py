@@ -7,10 +7,11 @@ from the pipecat-ai wheel: smart_turn_files.py) on onnxruntime with one intra-op
 input is the last 8 s as Whisper log-mel features (turn_features.py), its output a sigmoid.
 
 ``TurnJudge`` runs one listener's inferences off the event loop on a process-wide one-thread
-executor: at most one inference per listener in flight, and a request made while one runs
-replaces the one waiting (latest audio wins), so no listener can queue unbounded work. The
-verdict comes back on the loop through a callback with the request's key; the caller ignores
-keys it no longer wants (the user spoke again).
+executor (which by default only waits on the model's own process: turn_process.py): at most
+one inference per listener in flight, and a request made while one runs replaces the one
+waiting (latest audio wins), so no listener can queue unbounded work. The verdict comes back
+on the loop through a callback with the request's key; the caller ignores keys it no longer
+wants (the user spoke again).
 """
 
 from __future__ import annotations
@@ -161,10 +162,25 @@ class TurnJudge:
                 self._running.cancel()
 
 
-def load_turn_model(kind: str) -> TurnModel | None:
-    """``smart-turn`` -> the loaded model; ``silence`` -> None (no model: silence alone)."""
+def load_turn_model(kind: str, *, in_process: bool = False) -> TurnModel | None:
+    """``smart-turn`` -> the model; ``silence`` -> None (no model: silence alone).
+
+    By default the model runs in a child process off the loop's core (turn_process.py), started
+    now on the judges' executor thread (so this returns at once and the first inference queues
+    behind the start); ``in_process``: on that thread, in this process."""
     if kind == "silence":
         return None
     if kind == "smart-turn":
-        return SmartTurnModel()
+        if in_process:
+            return SmartTurnModel()
+        from gateway.listen.turn_process import TurnModelProcess
+
+        model = TurnModelProcess()
+        _executor().submit(model.start).add_done_callback(_log_start)
+        return model
     raise ValueError(f"unknown turn detector {kind!r}: use smart-turn or silence")
+
+
+def _log_start(future: concurrent.futures.Future[None]) -> None:
+    if (error := future.exception()) is not None:
+        log.warning("the turn model did not start: %r", error)

@@ -2,8 +2,10 @@
 
 Checked field by field; a field the session does not know is an error naming it (as OpenAI
 does), fields it knows but does not act on (tracing, prompt, truncation, noise reduction,
-include, reasoning) are kept and echoed. ``semantic_vad`` is served by the same turn detector
-as ``server_vad`` (our VAD + silence endpointing) with its default timings, for now.
+include, reasoning) are kept and echoed. ``semantic_vad`` is served by the Smart Turn model
+(listen/turn_model.py, the gateway's ``--turn-detector smart-turn``) for that session, its
+``eagerness`` mapped onto the model's waits (``SEMANTIC_BY_EAGERNESS``); ``server_vad`` by the
+silence detector with the session's own timings.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.listen.turns import SemanticOptions
 from gateway.realtime.audio_formats import FORMATS, PCM
 from gateway.realtime.protocol import MAX_TEXT_CHARS, ClientError
 
@@ -30,6 +33,21 @@ class VadSettings:
     silence_duration_ms: int
     create_response: bool = True
     interrupt_response: bool = True
+    #: semantic_vad: the turn model decides, with these waits (None: silence alone)
+    semantic: SemanticOptions | None = None
+
+
+# OpenAI's eagerness: how soon a turn judged finished ends, and how long an unfinished one may
+# pause ("low" lets the user take their time: the model must be surer, P >= 0.9, which gave
+# 3/24 false ends against 5/24 at 0.5 in bench.turns, docs/turns.md; "high" answers soonest).
+# auto = medium = ours.
+SEMANTIC_BY_EAGERNESS = {
+    "low": SemanticOptions(min_silence_ms=300, unsure_silence_ms=800, max_silence_ms=2000,
+                           threshold=0.9),
+    "medium": SemanticOptions(),
+    "auto": SemanticOptions(),
+    "high": SemanticOptions(min_silence_ms=150, unsure_silence_ms=400, max_silence_ms=800),
+}
 
 
 def _bad(message: str, param: str, event_id: str | None) -> ClientError:
@@ -112,8 +130,9 @@ class SessionConfig:
         if td is None:
             return None
         if td["type"] == "semantic_vad":
-            return VadSettings(0.5, 300, self.default_silence_ms, td["create_response"],
-                               td["interrupt_response"])
+            semantic = SEMANTIC_BY_EAGERNESS[td["eagerness"]]
+            return VadSettings(0.5, 300, semantic.unsure_silence_ms, td["create_response"],
+                               td["interrupt_response"], semantic)
         return VadSettings(float(td["threshold"]), td["prefix_padding_ms"],
                            td["silence_duration_ms"], td["create_response"],
                            td["interrupt_response"])

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from gateway.conversation.conversation import Conversation
+from gateway.conversation.duplex import turn_model
 from gateway.listen.asr import RecognitionError
 from gateway.listen.listener import (
     FinalTranscript,
@@ -36,6 +37,7 @@ from gateway.listen.listener import (
     TentativeTranscript,
     TranscriptionFailed,
 )
+from gateway.listen.turn_model import TurnModel
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped, TurnOptions
 from gateway.listen.vad import build_vad
 from gateway.media.fanout import SinkPolicy
@@ -44,7 +46,7 @@ from gateway.realtime.agent_input import agent_input
 from gateway.realtime.audio_deltas import AudioDeltas
 from gateway.realtime.audio_formats import BadAudio, InputDecoder
 from gateway.realtime.beta import to_beta, to_ga
-from gateway.realtime.config import SessionConfig
+from gateway.realtime.config import SessionConfig, VadSettings
 from gateway.realtime.input_buffer import ASR_RATE, FRAME, FrameCutter, InputBuffer
 from gateway.realtime.items import Item, Items, item_from_client
 from gateway.realtime.outbox import Outbox
@@ -286,10 +288,22 @@ class RealtimeEngine:
                             barge_in_ms=h.barge_in_ms,
                             post_speech_ms=min(200, h.speculate_ms or 200))
         self.listener = Listener(h.recognizer, vad=build_vad(h.vad), turns=turns,
-                                 partials=False, speculate_ms=h.speculate_ms)
+                                 partials=False, speculate_ms=h.speculate_ms,
+                                 turn_model=self._turn_model(vad), semantic=vad.semantic)
         self._listener_at = self._input_samples
         self._listen_task = asyncio.get_running_loop().create_task(
             self._listen(self.listener), name="realtime-listen")
+
+    def _turn_model(self, vad: VadSettings) -> TurnModel | None:
+        """semantic_vad: the process's Smart Turn model (its child started off the loop);
+        without the model's file installed, the silence detector (logged)."""
+        if vad.semantic is None:
+            return None
+        try:
+            return turn_model("smart-turn")
+        except FileNotFoundError as exc:
+            log.warning("semantic_vad served by the silence detector: %s", exc)
+            return None
 
     async def _append(self, data: bytes, event_id: str | None) -> None:
         try:
@@ -536,6 +550,7 @@ class RealtimeEngine:
                 "outbox": {"queued": len(self.outbox), "sent": self.outbox.sent,
                            "high_water": self.outbox.high_water},
                 "turn_detection": (self.config.turn_detection or {}).get("type"),
+                "turn_detector": None if self.listener is None else self.listener.turn_detector,
                 "response": None if self.response is None else
                 {"id": self.response.id, "status": self.response.status}}
 

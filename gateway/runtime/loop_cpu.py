@@ -17,6 +17,14 @@ import os
 
 from gateway.runtime.worker_pool import processes
 
+_active: list[LoopCpu] = []  # reservations in force (the loop's thread pinned)
+
+
+def helper_cpus() -> tuple[int, ...]:
+    """The CPUs a reservation in force leaves to helper processes (the turn model's, started
+    after Whisper's load pinned the loop); () when the loop is not pinned."""
+    return _active[-1].others if _active else ()
+
 
 class LoopCpu:
     def __init__(self) -> None:
@@ -40,6 +48,7 @@ class LoopCpu:
         except OSError:
             return ()
         self._saved, self.cpu = allowed, cpu
+        _active.append(self)
         return self.others
 
     @property
@@ -52,3 +61,5 @@ class LoopCpu:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(0, self._saved)
             self._saved, self.cpu = None, None
+            if self in _active:
+                _active.remove(self)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from gateway.runtime.loop_cpu import LoopCpu
+from gateway.runtime.loop_cpu import LoopCpu, helper_cpus
 from gateway.runtime.worker_pool import PROCESSES_ENV
 
 
@@ -34,11 +34,13 @@ def test_the_loop_thread_keeps_one_cpu_and_the_others_are_handed_out():
         others = loop.reserve()
         pinned = os.sched_getaffinity(0)
         again = loop.reserve()  # idempotent
+        helpers = helper_cpus()  # what the turn model's process is placed on
         loop.release()
-        return others, pinned, again, os.sched_getaffinity(0)
+        return others, pinned, again, helpers, os.sched_getaffinity(0)
 
-    others, pinned, again, after = in_thread(pin_and_release)
+    others, pinned, again, helpers, after = in_thread(pin_and_release)
     assert pinned == {min(allowed)} and set(others) == allowed - pinned and again == others
+    assert helpers == others and helper_cpus() == ()
     assert after == allowed
 
 

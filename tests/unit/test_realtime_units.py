@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 
+from gateway.listen.turns import SemanticOptions
 from gateway.realtime import audio_formats as af
 from gateway.realtime.config import SessionConfig
 from gateway.realtime.outbox import Outbox
@@ -79,7 +80,16 @@ def test_session_update_is_all_or_nothing():
     assert (vad.threshold, vad.prefix_padding_ms, vad.silence_duration_ms,
             vad.create_response) == (0.6, 200, 300, False)
     config.update({"audio": {"input": {"turn_detection": {"type": "semantic_vad"}}}})
-    assert config.vad is not None and config.vad.silence_duration_ms == 500
+    # semantic_vad: the turn model decides, with our default waits (eagerness auto)
+    assert config.vad is not None and config.vad.semantic == SemanticOptions()
+    assert config.vad.silence_duration_ms == SemanticOptions().unsure_silence_ms
+    config.update({"audio": {"input": {"turn_detection": {"type": "semantic_vad",
+                                                          "eagerness": "high"}}}})
+    high = config.vad.semantic
+    assert high is not None and high.min_silence_ms < SemanticOptions().min_silence_ms
+    assert high.max_silence_ms < SemanticOptions().max_silence_ms
+    config.update({"audio": {"input": {"turn_detection": {"type": "server_vad"}}}})
+    assert config.vad is not None and config.vad.semantic is None  # silence alone
     config.update({"audio": {"input": {"turn_detection": None}}})
     assert config.vad is None
     as_json = config.as_json("sess", 0)
