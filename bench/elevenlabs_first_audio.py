@@ -12,9 +12,9 @@ message received (median of ``--runs``, target <= 150 ms). Beside it, in the sam
   synthesiser can beat: the first words have to be written first);
 - ``whole-text``: the sentence in one message with ``flush`` (no pacing): synthesis of the
   first clause + the wire, the floor for this voice on this machine;
-- ``first_words=2`` / ``=0``: the same paced run with the first clause after two words, and
-  with the segmenter's usual first cut (waits to see whether the first sentence runs past its
-  word limit) instead of the eager one.
+- ``first_words=3`` / ``=0``: the same paced run with the first clause after three words (the
+  default until 2026-12-02: the baseline), and with the segmenter's usual first cut (waits to
+  see whether the first sentence runs past its word limit) instead of the eager one.
 
 JSON in bench/results/elevenlabs_first_audio.json, and a table.
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import statistics
 import time
@@ -33,6 +34,7 @@ import aiohttp
 
 from bench.common import gateway_process, pct, write_results
 from bench.latency import SENTENCES
+from gateway.elevenlabs.context import EAGER_FIRST_WORDS
 from gateway.text.segmenter import Segmenter
 
 TARGET_MS = 150.0
@@ -99,22 +101,23 @@ async def main() -> None:
     parser.add_argument("--rate", type=float, default=30.0, help="tokens per second")
     args = parser.parse_args()
     texts = [[*SENTENCES, *EXTRA][i % (len(SENTENCES) + len(EXTRA))] for i in range(args.runs)]
-    rows: dict[str, list[float]] = {"paced": [], "paced first_words=2": [],
+    rows: dict[str, list[float]] = {"paced": [], "paced first_words=3": [],
                                     "paced first_words=0": [], "whole-text": []}
-    ready = {"paced": [text_ready_ms(t, args.rate, 3) for t in texts],
-             "paced first_words=2": [text_ready_ms(t, args.rate, 2) for t in texts],
+    ready = {"paced": [text_ready_ms(t, args.rate, EAGER_FIRST_WORDS) for t in texts],
+             "paced first_words=3": [text_ready_ms(t, args.rate, 3) for t in texts],
              "paced first_words=0": [text_ready_ms(t, args.rate, 0) for t in texts]}
     async with gateway_process(["piper"]) as url, aiohttp.ClientSession() as http:
         base = url.replace("http", "ws") + "/v1/text-to-speech/joe/multi-stream-input"
         for name, query, rate in (("paced", "", args.rate),
-                                  ("paced first_words=2", "&first_words=2", args.rate),
+                                  ("paced first_words=3", "&first_words=3", args.rate),
                                   ("paced first_words=0", "&first_words=0", args.rate),
                                   ("whole-text", "", None)):
             async with http.ws_connect(f"{base}?output_format=pcm_24000{query}") as ws:
                 await one(ws, "warm", "Warming up.", None)
                 for i, text in enumerate(texts):
                     rows[name].append(await one(ws, f"c{i}", text, rate))
-    result = {"rate_tokens_per_s": args.rate, "target_ms": TARGET_MS,
+    load = os.getloadavg()
+    result = {"rate_tokens_per_s": args.rate, "load_average": load, "target_ms": TARGET_MS,
               "rows": {k: summary(v) for k, v in rows.items()},
               "text_ready": {k: summary(v) for k, v in ready.items()}, "runs": rows}
     path = write_results("elevenlabs_first_audio", result)
@@ -123,6 +126,7 @@ async def main() -> None:
         tr = result["text_ready"].get(name, {}).get("median")
         tr_s = f"{tr:10.0f}" if tr is not None else f"{'-':>10}"
         print(f"{name:34} {r['median']:7.0f} {r['p90']:7.0f} {tr_s}")
+    print(f"load average {load[0]:.2f} at the end of the run")
     print(f"target: paced median <= {TARGET_MS:.0f} ms at {args.rate:g} tokens/s; "
           f"whole-text is the synthesis + wire floor; {args.runs} sentences each")
     print(f"JSON: {path}")

@@ -75,7 +75,7 @@ async def test_two_contexts_interleave_on_one_socket_each_with_its_final(gateway
     order = [m["contextId"] for m in msgs if m.get("audio")]
     assert order.index("b") < len(order) - 1 - order[::-1].index("a"), "interleaved"
     for ctx in ("a", "b"):
-        # the tone voice speaks 1 s per clause: three clauses
+        # the tone voice speaks 1 s per clause: "one two" / "three, four five six." / "seven"
         assert audio_of(msgs, ctx).size == 3 * 24_000
         assert aligned_text(msgs, ctx).split() == "one two three, four five six. seven".split()
         alignment = next(m["alignment"] for m in msgs if m.get("contextId") == ctx

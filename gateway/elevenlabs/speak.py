@@ -4,9 +4,11 @@
 or Ogg stream stays one stream across clauses). ``speak(clause)`` yields a ``Piece`` per unit of
 audio whose words are known: each chunk that carries Piper's own timings at once; for a backend
 that gives none (CosyVoice), the whole clause's audio when it ends, its words estimated at a
-constant character rate (``gateway.text.timing``). ``finish()`` drains the resampler and the
-encoder (mp3 and Opus encode on a thread, one piece at a time). Closing the ``speak`` iterator
-closes the synthesis stream (and its upstream request).
+constant character rate (``gateway.text.timing``). Each clause is given the one before it
+(``after``): a voice that takes it (Piper) joins a clause cut mid-sentence to the next without a
+seam. ``finish()`` drains the resampler and the encoder (mp3 and Opus encode on a thread, one
+piece at a time). Closing the ``speak`` iterator closes the synthesis stream (and its upstream
+request).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class ClauseSpeaker:
         self._encoder: Encoder = fmt.open()
         self.samples_out = 0  # PCM samples at the output rate, so far
         self._job: asyncio.Future[Piece] | None = None  # the last encode on a thread
+        self._previous: str | None = None  # the clause spoken before (the voice continues it)
 
     def _encode(self, pcm: np.ndarray, rate: int) -> bytes:
         out = self._resampler.push(pcm, rate)
@@ -64,7 +67,8 @@ class ClauseSpeaker:
         untimed_rate = 0
         spoken = 0  # words of the clause already carried by timed chunks
         odd = b""
-        stream = open_stream(self.voice, clause)
+        stream = open_stream(self.voice, clause, after=self._previous)
+        self._previous = clause
         async with contextlib.aclosing(stream):
             async for chunk in stream:
                 data = odd + chunk.data

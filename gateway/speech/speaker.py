@@ -1,9 +1,11 @@
-"""The per-conversation speaker: turns utterances into encoded Opus frames, made once.
+"""The per-conversation speaker: the queue of utterances, their order and their interrupts.
 
-Data flows one way: text -> synthesizer (PCM, any rate) -> re-joined samples -> 24 kHz ->
-20 ms frames -> Opus (encoded once) -> the ``FrameFanout`` -> every attached sink (the paced RTP
-stream of a WebRTC leg, an HTTP stream ...). The sinks' bounded queues are the backpressure:
-synthesis is read only as fast as the slowest blocking sink drains (media/fanout.py).
+Utterances wait in a bounded list and are produced one at a time, in order, by one task: each
+from a prerender, a phrase cache hit, or rendered now (``render.py``: text -> synthesizer ->
+24 kHz 20 ms frames -> Opus, encoded once) -> the ``FrameFanout`` -> every attached sink (the
+paced RTP stream of a WebRTC leg, an HTTP stream ...). The sinks' bounded queues are the
+backpressure: synthesis is read only as fast as the slowest blocking sink drains
+(media/fanout.py). ``interrupt`` cuts what plays and drops what waits, at once.
 """
 
 from __future__ import annotations
@@ -14,31 +16,20 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
 
 from gateway.media.fanout import FrameFanout
-from gateway.media.framer import Framer, SampleAligner
-from gateway.media.opus_codec import FRAME_SAMPLES, EncoderSettings, OpusFrameEncoder
-from gateway.media.resample import RateFollower
+from gateway.media.opus_codec import EncoderSettings
 from gateway.runtime import logs
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.worker_pool import WorkerPool, encoder_pool
 from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.prerender import Prerender
+from gateway.speech.render import ENCODE_BATCH, FrameRenderer
 from gateway.speech.utterance import FINAL_STATES, Delivery, Utterance, UtteranceState
-from gateway.text.timing import WordTiming, WordTrack
-from gateway.tts.base import SynthesisError, Synthesizer, open_stream
-from gateway.tts.synthesis_limits import limited_stream
+from gateway.tts.base import SynthesisError, Synthesizer
 
 log = logging.getLogger(__name__)
-
-ENCODE_BATCH = 10  # frames per trip to the encoder threads (200 ms of audio)
-# The first frames of an utterance are encoded on the loop (≈0.3 ms each): the first decides
-# first-audio latency, and the next two give the first trip to the pool 40 ms (not 0-20 ms)
-# before the stream needs its result -- on a busy machine the trip took longer than the first
-# frame's slot, and a silent frame went out between frames one and two.
-LOOP_FRAMES = 3
 
 __all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Utterance",
            "UtteranceState"]
@@ -46,15 +37,6 @@ __all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Uttera
 
 class SpeechQueueFull(Exception):
     pass
-
-
-class _Progress(Protocol):
-    """What rendering stamps: an utterance, or a prerender."""
-
-    first_pcm_at: float | None
-    frames_encoded: int
-    frames_rendered: int
-    words: list[WordTiming]
 
 
 class Speaker:
@@ -76,8 +58,7 @@ class Speaker:
         self.frames = frames
         self.settings = settings
         self.encode = encode
-        self.encoders_created = 0  # one per synthesized utterance (replays need none)
-        self.pool: WorkerPool = pool or encoder_pool()
+        self.renderer = FrameRenderer(settings, pool or encoder_pool(), encode)
         self.cache = cache if encode and cache is not None and cache.enabled else None
         # Fully encoded utterances still playing out: stored in the cache once DONE.
         self._recordings: dict[Utterance, tuple[PhraseKey, PhraseRecorder]] = {}
@@ -95,6 +76,11 @@ class Speaker:
         self.counts = dict.fromkeys((s.value for s in UtteranceState), 0)
         #: told of every utterance's state changes (the session's events)
         self.observer: Callable[[Utterance, UtteranceState], None] | None = None
+
+    @property
+    def encoders_created(self) -> int:
+        """Encoders made: one per synthesized utterance or prerender (replays need none)."""
+        return self.renderer.encoders_created
 
     def start(self) -> None:
         if self._task is None:
@@ -170,24 +156,9 @@ class Speaker:
                 prerender.payloads = list(phrase.frames)
                 prerender.finish()
                 return prerender
-        prerender.task = asyncio.create_task(self._prerender(prerender, voice),
+        prerender.task = asyncio.create_task(self.renderer.fill(prerender, voice),
                                              name="prerender")
         return prerender
-
-    async def _prerender(self, prerender: Prerender, voice: Synthesizer) -> None:
-        encoder = OpusFrameEncoder(self.settings) if self.encode else None
-        if encoder is not None:
-            self.encoders_created += 1
-        rendered = self._render(prerender, voice, prerender.text, prerender.instructions,
-                                encoder)
-        try:
-            async with contextlib.aclosing(rendered) as payloads:
-                async for payload in payloads:
-                    await prerender.add(payload)
-        except SynthesisError as exc:
-            prerender.finish(str(exc))
-            return
-        prerender.finish()
 
     async def wait_played(self) -> None:
         """Until nothing is pending or produced and the last utterance has finished playing."""
@@ -266,6 +237,7 @@ class Speaker:
             if utterance.total_frames is None:  # cancelled before synthesis ended
                 self._finish(utterance, UtteranceState.INTERRUPTED)
             # Otherwise it is fully queued and becomes DONE when its last frame is sent.
+
     def _cache_key(self, voice: Synthesizer, text: str, instructions: str | None) -> PhraseKey:
         assert self.cache is not None
         voice_key = voice.name
@@ -294,15 +266,8 @@ class Speaker:
                 await self._replay(utterance, phrase)
                 return
             recorder = self.cache.recorder()
-        # A fresh encoder per synthesized utterance: no session holds libopus state (≈43 KB)
-        # while idle or replaying, and a barge-in never waits for the lock of an encoder a
-        # cancelled batch may still be using on a worker thread (73 µs to make one here).
-        encoder: OpusFrameEncoder | None = None
-        if self.encode:
-            encoder = OpusFrameEncoder(self.settings)
-            self.encoders_created += 1
-        rendered = self._render(utterance, voice, utterance.text, utterance.instructions,
-                                encoder)
+        rendered = self.renderer.render(utterance, voice, utterance.text,
+                                        utterance.instructions, self.renderer.encoder())
         async with contextlib.aclosing(rendered) as payloads:
             index = await self._queue_all(
                 utterance, payloads, None if recorder is None else recorder.add
@@ -347,39 +312,6 @@ class Speaker:
         utterance.words = prerendered.words
         self._all_queued(utterance, index)
 
-    async def _render(self, progress: _Progress, voice: Synthesizer, text: str,
-                      instructions: str | None,
-                      encoder: OpusFrameEncoder | None) -> AsyncIterator[bytes]:
-        """text -> the voice's PCM (any rate) -> 24 kHz 20 ms frames -> Opus payloads (the
-        PCM frames themselves without an encoder), in order; raises ``SynthesisError``."""
-        aligner = SampleAligner()
-        framer = Framer(FRAME_SAMPLES)
-        resampler = RateFollower()
-        track = WordTrack(text)  # the words' times travel with the PCM
-        progress.words = track.words  # live: each chunk's words as soon as it arrives
-        started = time.monotonic()
-        stream = limited_stream(open_stream(voice, text, instructions), text)
-        async with contextlib.aclosing(stream) as chunks:
-            async for chunk in chunks:
-                if progress.first_pcm_at is None:
-                    progress.first_pcm_at = time.monotonic()
-                    METRICS.tts_first_chunk.labels(type(voice).__name__).observe(
-                        progress.first_pcm_at - started
-                    )
-                source = aligner.push(chunk.data)
-                track.add(source, chunk.sample_rate, chunk.words)
-                samples = resampler.push(source, chunk.sample_rate)
-                frames = framer.push(samples)
-                progress.frames_rendered += len(frames)  # the clause's length, as known
-                async for payload in self._encode(progress, encoder, frames):
-                    yield payload
-        progress.words = track.finish()
-        tail = resampler.flush()
-        frames = (framer.push(tail) if tail.size else []) + framer.flush()
-        progress.frames_rendered += len(frames)
-        async for payload in self._encode(progress, encoder, frames):
-            yield payload
-
     async def _replay(self, utterance: Utterance, phrase: CachedPhrase) -> None:
         """A phrase cache hit: its packets go straight to the queue, still paced by it."""
         utterance.cached = True
@@ -393,43 +325,6 @@ class Speaker:
     @staticmethod
     def _all_queued(utterance: Utterance, count: int) -> None:
         utterance.all_queued(count)  # DONE once every sink has sent what it got
-
-    async def _encode(
-        self,
-        progress: _Progress,
-        encoder: OpusFrameEncoder | None,
-        pcm_frames: list[bytes],
-    ) -> AsyncIterator[bytes]:
-        """Encode frames, each yielded (to be queued) before the next batch is encoded.
-
-        A 24 kHz hybrid Opus frame costs ≈0.3 ms of CPU at complexity 9: on the loop thread that
-        would delay every stream's pacing, so frames are encoded on the encoder pool in batches
-        of up to ENCODE_BATCH, one thread hop per batch -- all but the first LOOP_FRAMES of an
-        utterance: the first decides first-audio latency, and it and the next two are encoded
-        right here (≈1 ms of loop time once per utterance; a hop to a worker thread under load
-        took 8-26 ms, bench/load.py overhead probes), so the first hop has 40 ms to return.
-        The encoder is this utterance's own and batches are sequential, so it is never used
-        from two threads at once.
-        """
-        if encoder is None:  # PCM out: the frames themselves
-            for pcm in pcm_frames:
-                yield pcm
-            return
-        done = 0
-        while done < len(pcm_frames):
-            if progress.frames_encoded < LOOP_FRAMES:
-                # the first alone (queued before the next is encoded), then the rest of them
-                encoded = progress.frames_encoded
-                room = 1 if encoded == 0 else LOOP_FRAMES - encoded
-                batch = pcm_frames[done : done + room]
-                payloads = encoder.encode_many(batch)
-            else:
-                batch = pcm_frames[done : done + ENCODE_BATCH]
-                payloads = await self.pool.run(encoder.encode_many, batch)
-            done += len(batch)
-            for payload in payloads:
-                progress.frames_encoded += 1
-                yield payload
 
     async def _put(self, utterance: Utterance, payload: bytes, index: int) -> None:
         if utterance.first_frame_queued_at is None:  # handed over (a sink may send it at once)

@@ -2,7 +2,7 @@
 
 ``POST /v1/sessions/{id}/speech`` with ``"open": true`` starts an utterance whose text is not
 all there yet; ``POST .../speech/{utterance_id}/text`` ``{"text", "flush"?, "end"?}`` appends
-to it. The text goes through the one segmenter (the first clause as soon as its first words
+to it. The text goes through the one segmenter (the first clause as soon as its first two words
 are complete, each next one as soon as it is complete, ``flush`` for what is buffered);
 ``FedVoice`` speaks the clauses one after another as one utterance, in the session's queue like
 any other. The input ends with ``end``, or after ``idle_s`` without an append (an open
@@ -24,7 +24,7 @@ from gateway.text.timing import estimate_words
 from gateway.tts.base import PcmChunk, Synthesizer, open_stream
 
 IDLE_S = 30.0
-FIRST_WORDS = 3
+FIRST_WORDS = 2  # as an ElevenLabs context (elevenlabs/context.py says why)
 
 
 class TextFeedClosed(Exception):
@@ -91,11 +91,13 @@ class FedVoice:
 
     async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
         clauses = self.feed.clauses()
+        previous: str | None = None  # the voice continues it (Piper: no seam after a cut)
         async with contextlib.aclosing(clauses):
             async for clause in clauses:
                 untimed: list[bytes] = []
                 rate = 0
-                stream = open_stream(self.voice, clause)
+                stream = open_stream(self.voice, clause, after=previous)
+                previous = clause
                 async with contextlib.aclosing(stream):
                     async for chunk in stream:
                         if not chunk.words:

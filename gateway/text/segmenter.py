@@ -19,7 +19,8 @@ The cuts:
 - the first clause is kept short (it decides first-audio latency): a first sentence longer than
   ``first_max_words`` words is cut after ``max(min_words, first_max_words // 2 + 1)`` of them;
   with ``eager_first_words`` (streamed text, where the next words are still being written) it
-  is cut as soon as that many words are complete, without waiting to see how long it runs;
+  is cut as soon as that many words are complete, without waiting to see how long it runs
+  (what follows is a later piece: a tiny rest of the clause merges with the next);
 - later clauses shorter than ``min_words`` words that do not end a sentence are merged with the
   next, so no piece is tiny;
 - no clause is ever longer than ``max_chars`` characters: text without punctuation is cut at the
@@ -184,6 +185,7 @@ class Segmenter:
         sentence follows as a clause of its own)."""
         self._emit("".join(self._cur))
         self._cur, self._cur_len, self._words = [], 0, 0
+        self._index = 1  # the rest is a later piece: merged with the next if it is tiny
 
     def _bound(self) -> None:
         if self._held is not None and len(self._held) + 1 + self._cur_len > self.max_chars:

@@ -48,10 +48,16 @@ class Synthesizer(Protocol):
 
 
 def open_stream(
-    voice: Synthesizer, text: str, instructions: str | None = None
+    voice: Synthesizer, text: str, instructions: str | None = None, after: str | None = None
 ) -> AsyncIterator[PcmChunk]:
     """``voice.stream(text)``, passing ``instructions`` (OpenAI's field; CosyVoice's
-    instruct_text) to backends that take them (``takes_instructions``); others ignore them."""
+    instruct_text) to backends that take them (``takes_instructions``), and ``after`` (the text
+    spoken just before this one in the same utterance: ``text`` continues it) to backends that
+    take it (``takes_after``: Piper, which then joins the two without a seam); others ignore
+    them."""
+    kwargs: dict[str, str] = {}
     if instructions and getattr(voice, "takes_instructions", False):
-        return voice.stream(text, instructions=instructions)  # type: ignore[call-arg]
-    return voice.stream(text)
+        kwargs["instructions"] = instructions
+    if after and getattr(voice, "takes_after", False):
+        kwargs["after"] = after
+    return voice.stream(text, **kwargs)  # type: ignore[call-arg]

@@ -33,7 +33,14 @@ import numpy as np
 
 from gateway.runtime.worker_pool import LATER, NOW, WorkerPool, default_workers
 from gateway.text.clause_bound import MAX_CLAUSE_CHARS, bound_clauses
-from gateway.text.segmenter import split_clauses
+from gateway.text.segmenter import (
+    CJK_CLAUSE_END,
+    CJK_SENTENCE_END,
+    CLAUSE_END,
+    CLOSERS,
+    SENTENCE_END,
+    split_clauses,
+)
 from gateway.text.timing import WordTiming, estimate_words
 from gateway.tts.base import PcmChunk, SynthesisError
 from gateway.tts.piper_align import patched_model, word_timings
@@ -54,6 +61,14 @@ JOINT_KEEP_S = 0.120
 # (medians of 32; a 2-vCPU VM at load average 6.7). 6 (a cut after 4 words) was the default.
 # The voice spec takes another: ``piper?first_words=6``.
 FIRST_MAX_WORDS = 4
+# A clause that continues a sentence cut without punctuation (the short first piece, a length
+# bound) is rendered after the last words before the cut, and their audio dropped: its words
+# sound as in the whole sentence (no new sentence's onset), and only that many words of the
+# render are spent again (bench/first_piece_seam.py measures the seam).
+CONTEXT_WORDS = 3
+JOIN_FADE_S = 0.004  # a cut inside the audio starts and ends with a fade this long (no click)
+_MID_SENTENCE_END = frozenset(SENTENCE_END + CLAUSE_END + CJK_SENTENCE_END + CJK_CLAUSE_END
+                              + CLOSERS)
 
 
 def piper_available() -> bool:
@@ -148,8 +163,29 @@ def _trimmed_words(words: list[WordTiming], start: int, end: int, rate: int
     return tuple(out)
 
 
+def cut_mid_sentence(clause: str) -> bool:
+    """The clause ends without punctuation: it was cut inside a sentence (a short first
+    piece, a length bound), and the next one continues it."""
+    return bool(clause) and clause[-1] not in _MID_SENTENCE_END
+
+
+def _fade(pcm: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
+    n = min(int(JOIN_FADE_S * rate), pcm.size // 2)
+    if n <= 0 or not (head or tail):
+        return pcm
+    out = pcm.astype(np.float32)
+    ramp = np.linspace(0.0, 1.0, n, endpoint=False, dtype=np.float32)
+    if head:
+        out[:n] *= ramp
+    if tail:
+        out[-n:] *= ramp[::-1]
+    return out.astype("<i2")
+
+
 class PiperSynthesizer:
     """The embedded voice as a Synthesizer."""
+
+    takes_after = True  # stream(text, after=...): a continuation, joined without a seam
 
     def __init__(
         self,
@@ -194,18 +230,44 @@ class PiperSynthesizer:
         words = word_timings(clause, chunks, self.sample_rate)
         return pcm, words or estimate_words(clause, pcm, self.sample_rate)
 
-    async def stream(self, text: str) -> AsyncIterator[PcmChunk]:
-        clauses = bound_clauses(split_clauses(text, first_max_words=self.first_max_words),
+    def _render_after(
+        self, context: str, clause: str, cancel: RenderCancel | None = None
+    ) -> tuple[np.ndarray, list[WordTiming]]:
+        """``clause`` as it sounds after ``context`` in one sentence: the last CONTEXT_WORDS
+        words of ``context`` and the clause in one run, cut where the clause's first word
+        begins (Piper's own timings; rendered alone when they do not tell)."""
+        lead = context.split()[-CONTEXT_WORDS:]
+        pcm, words = self._render(" ".join([*lead, clause]), cancel)
+        if len(words) <= len(lead) or any(w.estimated for w in words):
+            return self._render(clause, cancel)
+        cut_ms = words[len(lead)].start_ms
+        cut = int(cut_ms * self.sample_rate / 1000)
+        rest = [w.shifted(-cut_ms) for w in words[len(lead):]]
+        return _fade(pcm[cut:], self.sample_rate, head=True, tail=False), rest
+
+    def _job(self, clause: str, before: str | None) -> tuple[Any, ...]:
+        """What renders ``clause`` (after ``before``, the clause spoken just before it)."""
+        if before is not None and cut_mid_sentence(before):
+            return (self._render_after, before, clause)
+        return (self._render, clause)
+
+    async def stream(self, text: str, after: str | None = None) -> AsyncIterator[PcmChunk]:
+        """``after``: the text spoken just before this one in the same utterance. Then this
+        is not the utterance's start (its first clause is not cut short), and if ``after``
+        was cut mid-sentence its words are rendered again before this text's, unheard."""
+        first_max = self.first_max_words if after is None else self.max_clause_chars
+        clauses = bound_clauses(split_clauses(text, first_max_words=first_max),
                                 self.max_clause_chars)
         pool = self.pool
         pending: Future[tuple[np.ndarray, list[WordTiming]]] | None = None
         cancel = RenderCancel()
         try:
             for i, clause in enumerate(clauses):
+                before = clauses[i - 1] if i else after
                 if pending is not None:  # its turn has come: jump the queue if not started
-                    job = pool.promote(pending, self._render, clause, cancel)
+                    job = pool.promote(pending, *self._job(clause, before), cancel)
                 else:
-                    job = pool.submit(self._render, clause, cancel, priority=NOW)
+                    job = pool.submit(*self._job(clause, before), cancel, priority=NOW)
                 pending = None
                 try:
                     pcm, words = await asyncio.wrap_future(job)
@@ -215,13 +277,16 @@ class PiperSynthesizer:
                     raise SynthesisError(f"Piper failed on {clause[:80]!r}: {exc}") from exc
                 if i + 1 < len(clauses):  # prefetch the next clause while this one plays
                     # (not earlier: the first clause gets the cores to itself)
-                    pending = pool.submit(self._render, clauses[i + 1], cancel, priority=LATER)
+                    pending = pool.submit(*self._job(clauses[i + 1], clause), cancel,
+                                          priority=LATER)
                 last = i + 1 == len(clauses)
+                continued = before is not None and cut_mid_sentence(before)
                 start, end = trim_bounds(
                     pcm,
                     self.sample_rate,
-                    LEAD_KEEP_S if i == 0 else JOINT_KEEP_S / 2,
-                    None if last else JOINT_KEEP_S,
+                    None if continued else LEAD_KEEP_S if i == 0 and after is None
+                    else JOINT_KEEP_S / 2,
+                    None if last and not cut_mid_sentence(clause) else JOINT_KEEP_S,
                 )
                 yield PcmChunk(pcm[start:end].tobytes(), self.sample_rate,
                                _trimmed_words(words, start, end, self.sample_rate))

@@ -165,3 +165,9 @@ async def test_stream_clauses_yields_before_the_stream_ends_and_closes_it():
     assert closed.is_set()
     assert [c async for c in stream_clauses(tokens())] == ["Hello there.",
                                                            "How are you today?", "Bye"]
+
+
+def test_a_tiny_rest_after_the_eager_first_words_merges_with_the_next():
+    s = Segmenter(eager_first_words=2)
+    out = s.feed("one two three, four five six. seven ") + s.end()
+    assert out == ["one two", "three, four five six.", "seven"]
