@@ -58,7 +58,7 @@ async def test_the_socket_works_through_the_public_port(supervisor):
             await http.ws_connect(url)  # no token: the worker's refusal comes back as is
         assert err.value.status == 401
         async with http.ws_connect(url, headers={"xi-api-key": "s3cret"}) as ws:
-            await ws.send_json({"text": "Through the proxy.", "context_id": "a",
+            await ws.send_json({"text": "Proxied.", "context_id": "a",  # one clause
                                 "flush": True})
             await ws.send_json({"context_id": "a", "close_context": True})
             audio, final = b"", None
