@@ -44,6 +44,11 @@ class Ticker:
         self._hooks: dict[Callable[[], None], None] = {}  # run once at the end of every fire
         self.fired = 0  # timer callbacks run
         self.released = 0  # waiters released
+        # What a tick's senders share, computed by the first of them and cleared at every
+        # fire: the send time stamped into the tick's packets (they leave together, at the
+        # end-of-tick flush), not read again for every stream.
+        self.tick_stamp: tuple[int, int, bytes] | None = None
+        self.firing = False  # inside ``_fire``: only then may a tick's senders share a stamp
 
     def now(self) -> float:
         return self._clock()
@@ -107,6 +112,8 @@ class Ticker:
     def _fire(self) -> None:
         self._armed = None
         self.fired += 1
+        self.tick_stamp = None
+        self.firing = True
         now = self._clock()
         heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
         deferred: list[Callable[[], None]] = []
@@ -122,6 +129,7 @@ class Ticker:
             self._run(due)
         self._run(self._hooks, released=False, failed="end-of-tick hook failed")
         self._run(deferred)
+        self.tick_stamp, self.firing = None, False
         if heap:
             self._arm(heap[0])
 

@@ -49,6 +49,14 @@ DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
+def send_stamp() -> tuple[int, int, bytes]:
+    """The wall clock as a packet's send time: NTP (the sender report's counters), its
+    abs-send-time and that as the header extension's three octets."""
+    ntp = ntp_now()
+    ast = abs_send_time(ntp)
+    return ntp, ast, ast.to_bytes(3, "big")
+
+
 class ParkedTrack(MediaStreamTrack):
     """What aiortc's sender loop waits on while the batch path sends: nothing, until stopped."""
 
@@ -86,7 +94,8 @@ class BatchStream:
     __slots__ = (
         "_compiled", "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error",
         "_last_slot_empty", "_marker_header",
-        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
+        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_tick_cb", "_ts_origin",
+        "dtx",
         "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
         "store", "ticker",
     )
@@ -123,6 +132,7 @@ class BatchStream:
         self._last_slot_empty = False  # DTX: the last slot released sent no packet
         self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
         self._marker_header: RtpHeaderTemplate | None = None
+        self._tick_cb = self._on_tick  # one bound method, not a new one every slot
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -186,17 +196,21 @@ class BatchStream:
             await aiortc_compat.send_unprotected(self._sender.transport, data)
 
     def _schedule(self) -> None:
-        self.ticker.call_at(self.pacer.deadline(), self._on_tick)
+        self.ticker.call_at(self.pacer.deadline(), self._tick_cb)
 
     def _on_tick(self) -> None:
         if not self._running:
             return
         try:
             pacer = self.pacer
-            now = pacer.now()  # one clock reading and one send time for all of this tick's work
-            ntp = ntp_now()
-            ast = abs_send_time(ntp)
-            ast_bytes = ast.to_bytes(3, "big")
+            now = pacer.now()  # one clock reading for all of this stream's work
+            ticker = self.ticker
+            stamp = ticker.tick_stamp  # one send time for all of the tick's packets
+            if stamp is None:
+                stamp = send_stamp()
+                if ticker.firing:
+                    ticker.tick_stamp = stamp
+            ntp, ast, ast_bytes = stamp
             sent = 0
             while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
                 sent += 1  # before sending: a packet that raises still used its slot
@@ -250,10 +264,9 @@ class BatchStream:
             return
         try:
             now = self.pacer.now()
-            ntp = ntp_now()
-            ast = abs_send_time(ntp)
+            ntp, ast, ast_bytes = send_stamp()
             self.early_sends += 1
-            self._send_one(now, ntp, ast, ast.to_bytes(3, "big"))
+            self._send_one(now, ntp, ast, ast_bytes)
         except Exception as exc:
             self.stats.send_errors += 1
             self._last_error = repr(exc)

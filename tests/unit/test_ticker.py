@@ -108,3 +108,24 @@ async def test_a_callback_may_add_to_the_tick_that_runs_it():
     ticker.call_at(target, lambda: ticker.call_at(target, lambda: done.set_result(None)))
     await asyncio.wait_for(done, 1)
     assert ticker.waiting == 0
+
+
+async def test_tick_stamp_is_shared_within_a_fire_and_cleared_between_fires():
+    """The batch senders' send stamp: the first stream of a fire sets it, the others of that
+    fire see it, the next fire (and anything outside a fire) starts without it."""
+    ticker = Ticker(period=0.005)
+    seen: list[tuple[bool, object]] = []
+
+    def sender(stamp: tuple[int, int, bytes]) -> None:
+        seen.append((ticker.firing, ticker.tick_stamp))
+        if ticker.tick_stamp is None and ticker.firing:
+            ticker.tick_stamp = stamp
+
+    first = ticker.align(ticker.now() + 0.006)
+    for stamp in ((1, 1, b"\x00\x00\x01"), (2, 2, b"\x00\x00\x02")):
+        ticker.call_at(first, lambda s=stamp: sender(s))
+    ticker.call_at(first + 0.005, lambda: sender((3, 3, b"\x00\x00\x03")))
+    await asyncio.sleep(0.020)
+    assert ticker.fired == 2
+    assert seen == [(True, None), (True, (1, 1, b"\x00\x00\x01")), (True, None)]
+    assert ticker.tick_stamp is None and not ticker.firing
