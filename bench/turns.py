@@ -33,7 +33,8 @@ import numpy as np
 from bench.common import pct, write_results
 from gateway.listen.listener import FinalTranscript, Listener
 from gateway.listen.recognizers import build_recognizer
-from gateway.listen.turn_model import TurnModel, load_turn_model
+from gateway.listen.turn_loader import load_turn_model
+from gateway.listen.turn_model import TurnModel
 from gateway.listen.turns import SemanticOptions, SpeechStopped, TurnOptions
 from gateway.listen.vad import build_vad
 from gateway.testing.spoken_audio import concat, silence, speak, trim

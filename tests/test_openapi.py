@@ -17,6 +17,9 @@ from tests.installed import missing, needs
 from tests.test_access import _healthy
 
 ROOT = Path(__file__).resolve().parent.parent
+# a channel's live streams never end: a fuzzed name ("0") that a fuzzed POST /v1/channels
+# created would hold the run (tests/test_channels.py covers them)
+ENDLESS_STREAMS = r"^/v1/channels/\{name\}/(listen|events)$"
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,"
           "response_schema_conformance,response_headers_conformance")
 
@@ -77,9 +80,7 @@ async def test_schemathesis_finds_nothing_against_the_live_server():
             [str(st), "run", f"http://127.0.0.1:{port}/openapi.json", "--checks", CHECKS,
              "--max-examples", os.environ.get("SCHEMATHESIS_EXAMPLES", "30"), "--seed", "1",
              "--no-color",
-             # a channel's live streams never end: a fuzzed name ("0") that a fuzzed POST
-             # /v1/channels created would hold the run (tests/test_channels.py covers them)
-             "--exclude-path-regex", r"^/v1/channels/\{name\}/(listen|events)$"],
+             "--exclude-path-regex", ENDLESS_STREAMS],
             cwd=ROOT, capture_output=True, text=True, timeout=600,
             env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
                  "PYTHONPATH": str(ROOT)},

@@ -51,7 +51,8 @@ from gateway.listen.listener import (
     TentativeTranscript,
     TranscriptionFailed,
 )
-from gateway.listen.turn_model import TurnModel, load_turn_model
+from gateway.listen.turn_loader import load_turn_model
+from gateway.listen.turn_model import TurnModel
 from gateway.listen.turns import (
     BargeIn,
     SemanticOptions,

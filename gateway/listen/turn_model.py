@@ -61,7 +61,7 @@ def _session(path: str) -> Any:
 
 class SmartTurnModel:
     """Smart Turn v3.2 (CPU). One ONNX session per process (onnxruntime sessions are
-    thread-safe); loading costs ~0.1 s, so ``load_turn_model`` is called at start-up."""
+    thread-safe); loading costs ~0.1 s, so ``turn_loader.load_turn_model`` is called at start-up."""
 
     name = "smart-turn"
 
@@ -76,7 +76,7 @@ class SmartTurnModel:
 
 
 @functools.cache
-def _executor() -> concurrent.futures.ThreadPoolExecutor:
+def judges_executor() -> concurrent.futures.ThreadPoolExecutor:
     """One thread for every listener's turn model (a CPU model: more threads than cores buy
     nothing; Whisper has its own pool)."""
     return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="turn-model")
@@ -96,7 +96,7 @@ class TurnJudge:
                  executor: concurrent.futures.Executor | None = None) -> None:
         self.model = model
         self.on_verdict = on_verdict
-        self._executor = executor or _executor()
+        self._executor = executor or judges_executor()
         self._running: asyncio.Future[Verdict] | None = None
         self._waiting: tuple[object, np.ndarray] | None = None
         self._closed = False
@@ -160,27 +160,3 @@ class TurnJudge:
         if self._running is not None:
             with contextlib.suppress(Exception):
                 self._running.cancel()
-
-
-def load_turn_model(kind: str, *, in_process: bool = False) -> TurnModel | None:
-    """``smart-turn`` -> the model; ``silence`` -> None (no model: silence alone).
-
-    By default the model runs in a child process off the loop's core (turn_process.py), started
-    now on the judges' executor thread (so this returns at once and the first inference queues
-    behind the start); ``in_process``: on that thread, in this process."""
-    if kind == "silence":
-        return None
-    if kind == "smart-turn":
-        if in_process:
-            return SmartTurnModel()
-        from gateway.listen.turn_process import TurnModelProcess
-
-        model = TurnModelProcess()
-        _executor().submit(model.start).add_done_callback(_log_start)
-        return model
-    raise ValueError(f"unknown turn detector {kind!r}: use smart-turn or silence")
-
-
-def _log_start(future: concurrent.futures.Future[None]) -> None:
-    if (error := future.exception()) is not None:
-        log.warning("the turn model did not start: %r", error)
