@@ -94,8 +94,7 @@ class BatchStream:
     __slots__ = (
         "_compiled", "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error",
         "_last_slot_empty", "_marker_header",
-        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_tick_cb", "_ts_origin",
-        "dtx",
+        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
         "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
         "store", "ticker",
     )
@@ -132,7 +131,6 @@ class BatchStream:
         self._last_slot_empty = False  # DTX: the last slot released sent no packet
         self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
         self._marker_header: RtpHeaderTemplate | None = None
-        self._tick_cb = self._on_tick  # one bound method, not a new one every slot
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -196,7 +194,9 @@ class BatchStream:
             await aiortc_compat.send_unprotected(self._sender.transport, data)
 
     def _schedule(self) -> None:
-        self.ticker.call_at(self.pacer.deadline(), self._tick_cb)
+        # a bound method made per slot: one kept on self would be a cycle (self -> method -> self)
+        # and a closed stream would wait for a full collection (tests/test_soak.py)
+        self.ticker.call_at(self.pacer.deadline(), self._on_tick)
 
     def _on_tick(self) -> None:
         if not self._running:
