@@ -177,6 +177,9 @@ async def test_an_hour_of_text_is_read_only_as_fast_as_it_plays():
     assert reader.samples * at_24k < 0.1 * 3600 * 24_000  # far from the hour it was given
 
 
+# serial: the consumer drains ~100x faster than real time, so an upstream starved of CPU by
+# other tests leaves whole halves of the window silent (seen: gRPC, under pytest -n 4)
+@pytest.mark.serial
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 async def test_a_cosyvoice_stream_is_read_only_as_fast_as_it_plays(transport):
     """Upstream flow control (TCP, HTTP/2 windows) carries the backpressure to the server."""
