@@ -24,7 +24,7 @@ import aiohttp
 
 from bench import procstats
 from bench.cluster import ClusterSession, free_range, wait_workers
-from bench.common import free_port
+from bench.common import free_port, stop
 from bench.load import tail
 from bench.loadgen import bounded, recorded_window, wait_speaking
 from gateway import aiortc_compat
@@ -57,11 +57,7 @@ async def two_workers(n: int, tmp: Path, name: str) -> AsyncIterator[tuple[list[
     except Exception as exc:
         raise RuntimeError(f"{type(exc).__name__}: {exc}; log: {tail(log, 400)}") from exc
     finally:
-        server.terminate()
-        try:
-            server.wait(40)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, 40)
         redis.kill()
         redis.wait(10)
 

@@ -43,7 +43,7 @@ import aiohttp
 from bench import procstats
 from bench.channel_workers import workers_mode
 from bench.cluster import free_range, wait_workers
-from bench.common import free_port, wait_healthy, write_results
+from bench.common import free_port, stop, wait_healthy, write_results
 from bench.load import pinned, tail
 from gateway.http.frame_records import FrameRecord, FrameRecordParser
 
@@ -248,11 +248,7 @@ async def relay_mode(n: int, args: argparse.Namespace, tmp: Path) -> dict[str, A
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"[:300], "log": tail(log, 600)}
     finally:
-        server.terminate()
-        try:
-            server.wait(40)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server, 40)
         redis.kill()
         redis.wait(10)
 

@@ -108,12 +108,18 @@ async def gateway_process(
         await wait_healthy(url, proc, output, timeout)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 10)
         log.close()
+
+
+def stop(proc: subprocess.Popen, timeout: float) -> None:
+    """Terminate ``proc``; kill it if it has not exited after ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def machine() -> dict[str, Any]:

@@ -123,6 +123,53 @@ class CloseOnce:
         self._task = None
 
 
+class ClosesOnce:
+    """What a session's front door shares about closing: ``closed``, ``close_reason``,
+    ``close_soon`` and ``close`` run once through a ``CloseOnce`` (``_close``). A session
+    names itself (``_label``), lists its closing steps (``_closing_steps``) and what it
+    releases afterwards (``_release``); ``_on_closed`` (the registry's) is called once."""
+
+    id: str
+    _close: CloseOnce
+    _on_closed: Callable[[Any], None] | None
+    _label = "session"
+
+    @property
+    def closed(self) -> asyncio.Event:
+        """Set once the session has closed."""
+        return self._close.closed
+
+    @property
+    def close_reason(self) -> str | None:
+        return self._close.reason
+
+    def close_soon(self, reason: str) -> None:
+        self._close.soon(self.close, reason)
+
+    async def close(self, reason: str = "closed") -> None:
+        if not await self._close.begin(reason):
+            return
+        what = f"{self._label} {self.id}"
+        log.info("%s closing: %s", what, reason, extra={"session": self.id})
+        try:
+            await close_steps(what, self._closing_steps())
+        finally:
+            self._close.finish()
+            on_closed, self._on_closed = self._on_closed, None
+            if on_closed is not None:
+                on_closed(self)
+            try:  # its reference cycles cut: refcounting frees it (no full collection)
+                self._release()
+            except Exception:
+                log.exception("%s: teardown failed", what)
+
+    def _closing_steps(self) -> Sequence[Callable[[], Awaitable[None]]]:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        """Cut the session's reference cycles once it has closed."""
+
+
 def release_speech(session: Any) -> None:
     """The speech part of ``release``, for sessions of other front doors (a Realtime
     WebSocket: a conversation and no WebRTC leg)."""

@@ -5,7 +5,6 @@ transport is the Realtime WebSocket (or, for a call, the leg its engine is given
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -20,7 +19,8 @@ from gateway.speech.speaker import Speaker
 log = logging.getLogger(__name__)
 
 
-class RealtimeSession:
+class RealtimeSession(teardown.ClosesOnce):
+    _label = "realtime session"
     webrtc = None  # the registry's WebRTC-only counters skip it
     duplex = None
 
@@ -49,35 +49,12 @@ class RealtimeSession:
             self.last_activity = now
         return now - max(self.last_activity, self.engine.last_activity)
 
-    @property
-    def closed(self) -> asyncio.Event:
-        """Set once the session has closed."""
-        return self._close.closed
+    def _closing_steps(self) -> tuple[Callable[[], Any], ...]:
+        return (self.engine.close, self.conversation.close)
 
-    @property
-    def close_reason(self) -> str | None:
-        return self._close.reason
-
-    def close_soon(self, reason: str) -> None:
-        self._close.soon(self.close, reason)
-
-    async def close(self, reason: str = "closed") -> None:
-        if not await self._close.begin(reason):
-            return
-        log.info("realtime session %s closing: %s", self.id, reason, extra={"session": self.id})
-        try:
-            await teardown.close_steps(f"realtime session {self.id}",
-                                       (self.engine.close, self.conversation.close))
-        finally:
-            self._close.finish()
-            if self._on_closed is not None:
-                self._on_closed(self)
-            self._on_closed = None
-            try:  # its reference cycles cut: refcounting frees it (no full collection)
-                teardown.release_speech(self)
-                gc_policy.watch_closed([self, self.conversation, self.speaker, self.engine])
-            except Exception:
-                log.exception("realtime session %s: teardown failed", self.id)
+    def _release(self) -> None:
+        teardown.release_speech(self)
+        gc_policy.watch_closed([self, self.conversation, self.speaker, self.engine])
 
     def state(self) -> dict[str, Any]:
         speaker = self.speaker

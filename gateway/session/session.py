@@ -12,7 +12,6 @@ the session (scale-out), so any node can route a request by its id alone.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
 import time
@@ -40,7 +39,7 @@ def new_session_id(prefix: str = "") -> str:
     return prefix + secrets.token_urlsafe(12)
 
 
-class Session:
+class Session(teardown.ClosesOnce):
     def __init__(
         self,
         conversation: Conversation,
@@ -107,32 +106,14 @@ class Session:
             self.last_activity = now
         return now - self.last_activity
 
-    @property
-    def closed(self) -> asyncio.Event:
-        """Set once the session has closed."""
-        return self._close.closed
+    def _closing_steps(self) -> list[Callable[[], Any]]:
+        steps = [self.conversation.close, self.webrtc.close]
+        if self.duplex is not None:
+            steps.insert(0, self.duplex.close)
+        return steps
 
-    @property
-    def close_reason(self) -> str | None:
-        return self._close.reason
-
-    def close_soon(self, reason: str) -> None:
-        self._close.soon(self.close, reason)
-
-    async def close(self, reason: str = "closed") -> None:
-        if not await self._close.begin(reason):
-            return
-        log.info("session %s closing: %s", self.id, reason, extra={"session": self.id})
-        try:
-            steps = [self.conversation.close, self.webrtc.close]
-            if self.duplex is not None:
-                steps.insert(0, self.duplex.close)
-            await teardown.close_steps(f"session {self.id}", steps)
-        finally:
-            self._close.finish()
-            if self._on_closed is not None:
-                self._on_closed(self)
-            teardown.release(self)
+    def _release(self) -> None:
+        teardown.release(self)
 
     def state(self) -> dict[str, Any]:
         speaker = self.speaker

@@ -33,6 +33,7 @@ from aiohttp.web_protocol import RequestHandler
 
 from gateway.testing.cosyvoice_audio import AudioSource, SyntheticSource
 from gateway.testing.cosyvoice_form import ENDPOINTS, FormPart, parse_form, validation_errors
+from gateway.testing.stand_in import FaultSchedule
 from gateway.tts.cosyvoice_pb import cosyvoice_pb2 as pb
 from gateway.tts.cosyvoice_pb import cosyvoice_pb2_grpc as pb_grpc
 
@@ -125,7 +126,8 @@ def _check_loopback(host: str) -> None:
         raise ValueError(f"the stand-in binds loopback only, not {host!r}")
 
 
-class CosyVoiceStandIn:
+class CosyVoiceStandIn(FaultSchedule):
+    FAULTS = FAULTS
     """In-process stand-in CosyVoice server (HTTP via aiohttp.web, gRPC via grpc.aio)."""
 
     def __init__(self, config: StandInConfig | None = None, *, source: AudioSource | None = None,
@@ -139,7 +141,6 @@ class CosyVoiceStandIn:
         #: When set to an Event, every stream pauses after its first chunk until it is set.
         self.gate: asyncio.Event | None = None
         self._ports = {"http": http_port, "grpc": grpc_port}
-        self._faults: Fault | list[Fault | None] | None = None
         self._by_conn: dict[RequestHandler, list[ReceivedRequest]] = {}
         self._runner: web.ServerRunner | None = None
         self._grpc: grpc.aio.Server | None = None
@@ -187,24 +188,6 @@ class CosyVoiceStandIn:
     @property
     def grpc_target(self) -> str:
         return f"{self._netloc}:{self._ports['grpc']}"
-
-    @property
-    def faults(self) -> Fault | list[Fault | None] | None:
-        return self._faults
-
-    @faults.setter
-    def faults(self, value: Fault | list[Fault | None] | None) -> None:
-        """A fault name applies to every request; a list, one per request in order; None: off."""
-        names = value if isinstance(value, list) else [value]
-        bad = [n for n in names if n is not None and n not in FAULTS]
-        if bad:
-            raise ValueError(f"unknown faults {bad}; known: {', '.join(FAULTS)}")
-        self._faults = list(value) if isinstance(value, list) else value
-
-    def _next_fault(self) -> Fault | None:
-        if isinstance(self._faults, list):
-            return self._faults.pop(0) if self._faults else None
-        return self._faults
 
     def _log(self, rec: ReceivedRequest) -> None:
         self.requests.append(rec)

@@ -32,6 +32,7 @@ import numpy as np
 from aiohttp import web
 
 from gateway.testing.cosyvoice_form import FormPart, parse_form
+from gateway.testing.stand_in import HttpStandIn
 
 PATH = "/v1/audio/transcriptions"
 Fault = Literal["http500", "http503", "bad_json", "no_text", "hang", "drop"]
@@ -81,62 +82,16 @@ def read_wav(data: bytes) -> tuple[np.ndarray, int]:
     return np.frombuffer(raw, dtype="<i2")[::channels].copy(), rate
 
 
-class TranscriptionStandIn:
+class TranscriptionStandIn(HttpStandIn):
+    FAULTS = FAULTS
+
     def __init__(self, config: StandInConfig | None = None, *, host: str = "127.0.0.1",
                  port: int = 0) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError(f"the stand-in binds loopback only, not {host!r}")
         self.config = config or StandInConfig()
-        self.host, self.port = host, port
+        super().__init__(host, port)
         self.requests: list[ReceivedTranscription] = []
-        self._faults: Fault | list[Fault | None] | None = None
-        self._runner: web.AppRunner | None = None
-        self._stopping = asyncio.Event()
-
-    @property
-    def faults(self) -> Fault | list[Fault | None] | None:
-        return self._faults
-
-    @faults.setter
-    def faults(self, value: Fault | list[Fault | None] | None) -> None:
-        """A fault name applies to every request; a list, one per request in order; None: off."""
-        names = value if isinstance(value, list) else [value]
-        bad = [n for n in names if n is not None and n not in FAULTS]
-        if bad:
-            raise ValueError(f"unknown faults {bad}; known: {', '.join(FAULTS)}")
-        self._faults = list(value) if isinstance(value, list) else value
-
-    def _next_fault(self) -> Fault | None:
-        if isinstance(self._faults, list):
-            return self._faults.pop(0) if self._faults else None
-        return self._faults
-
-    @property
-    def url(self) -> str:
-        """The API base a client is given (``.../v1``)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/v1"
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
-
-    async def stop(self) -> None:
-        self._stopping.set()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def __aenter__(self) -> TranscriptionStandIn:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.path != PATH:
