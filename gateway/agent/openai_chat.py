@@ -28,6 +28,7 @@ import aiohttp
 
 from gateway.agent.base import AgentError, Message
 from gateway.agent.sse import SseParser
+from gateway.net.error_body import error_message
 
 log = logging.getLogger(__name__)
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -59,23 +60,6 @@ class ChatConfig:
     @property
     def endpoint(self) -> str:
         return self.base_url.rstrip("/") + "/chat/completions"
-
-
-def error_message(body: bytes) -> str:
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:300] or "(empty body)"
-    if isinstance(data, dict):
-        if data.get("object") == "error" and "message" in data:
-            return str(data["message"])[:300]
-        error = data.get("error", data.get("detail"))
-        if isinstance(error, dict):
-            return str(error.get("message", error))[:300]
-        if error is not None:
-            return str(error)[:300]
-    return text[:300]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ import numpy as np
 
 from gateway.listen.asr import RecognitionError, Transcript
 from gateway.listen.audio import RATE, as_int16, wav_bytes
+from gateway.net.error_body import error_message
 
 _ERROR_BODY_LIMIT = 64 * 1024
 
@@ -51,24 +52,6 @@ class OpenAITranscriptionConfig:
     @property
     def endpoint(self) -> str:
         return self.base_url.rstrip("/") + "/audio/transcriptions"
-
-
-def error_message(body: bytes) -> str:
-    """One line out of an OpenAI (``error.message``) or FastAPI (``detail``) error body."""
-    text = body.decode("utf-8", "replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return " ".join(text.split())[:300] or "(empty body)"
-    if isinstance(data, dict):
-        error = data.get("error")
-        if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-        if "detail" in data:
-            return json.dumps(data["detail"])[:300]
-    return text[:300]
 
 
 class OpenAITranscriber:

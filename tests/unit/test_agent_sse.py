@@ -31,7 +31,8 @@ def test_error_shapes_that_chat_servers_send():
     import pytest
 
     from gateway.agent.base import AgentError
-    from gateway.agent.openai_chat import _delta_text, error_message
+    from gateway.agent.openai_chat import _delta_text
+    from gateway.net.error_body import error_message
 
     assert error_message(b'{"error": {"message": "bad key", "type": "x"}}') == "bad key"
     assert error_message(b'{"object": "error", "message": "too long", "code": 400}') == "too long"
