@@ -114,7 +114,7 @@ def _H(name: str) -> Any:  # the default lives in HearingOptions
     return default_of(HearingOptions, name)
 
 
-NET, MEDIA, ACCESS, LIMITS, DUPLEX, HTTP, SCALE, RUN, TEST = (
+NET, MEDIA, ACCESS, LIMITS, DUPLEX, HTTP, SCALE, RUN = (
     "network",
     "media",
     "access",
@@ -123,7 +123,6 @@ NET, MEDIA, ACCESS, LIMITS, DUPLEX, HTTP, SCALE, RUN, TEST = (
     "HTTP streams",
     "scale-out",
     "process",
-    "testing (fault injection)",
 )
 
 
@@ -561,22 +560,9 @@ class GatewayConfig:
         "log where the event loop is when it is blocked this long; counts in /healthz (0: off)",
         group=RUN,
     )
-    # testing (fault injection; tests set the two without a flag in-process)
-    test_drop_first_tx_percent: float = opt(
-        _S("test_drop_first_tx_percent"),
-        "TEST ONLY: drop this % of first RTP transmissions at the gateway, to exercise NACK "
-        "recovery",
-        flag="--test-drop-first-tx",
-        env="TEST_DROP_FIRST_TX",
-        metavar="PERCENT",
-        group=TEST,
-    )
-    test_drop_burst: float = opt(
-        _S("test_drop_burst"),
-        "TEST ONLY: ... in bursts of this mean length (Gilbert-Elliott; 0: independent losses)",
-        metavar="FRAMES",
-        group=TEST,
-    )
+    # Fault injection: a test hook set in-process (GatewayConfig(...)), never a flag.
+    test_drop_first_tx_percent: float = default_of(SessionOptions, "test_drop_first_tx_percent")
+    test_drop_burst: float = default_of(SessionOptions, "test_drop_burst")
     test_drop_seed: int | None = default_of(SessionOptions, "test_drop_seed")
     test_repair_delay_ms: float = default_of(SessionOptions, "test_repair_delay_ms")
 
@@ -622,6 +608,12 @@ RENAMED = {
     "GATEWAY_KEEP_DTLS_STATE": "use GATEWAY_RELEASE_DTLS=0",
     "GATEWAY_RED_ALWAYS": "use GATEWAY_RED_ADAPTIVE=0",
     "GATEWAY_NO_NACK": "use GATEWAY_NACK=0",
+    "--test-drop-first-tx": "fault injection is a test hook (GatewayConfig("
+    "test_drop_first_tx_percent=...) in-process)",
+    "--test-drop-burst": "fault injection is a test hook (GatewayConfig("
+    "test_drop_burst=...) in-process)",
+    "GATEWAY_TEST_DROP_FIRST_TX": "fault injection is a test hook, not a setting",
+    "GATEWAY_TEST_DROP_BURST": "fault injection is a test hook, not a setting",
 }
 
 
