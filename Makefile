@@ -29,7 +29,7 @@ CLIENTS_STAMP := $(CLIENTS_VENV)/.installed
 # venv): gateway/listen/smart_turn_files.py. Read at run time, never downloaded then.
 SMART_TURN := $(VENV)/share/voice-gateway/smart-turn/smart-turn-v3.2-cpu.onnx
 
-.PHONY: run test clients test-fast screenshot lint fuzz bench-duplex bench-duplex-quick bench-turns bench bench-load bench-load-designs bench-browser bench-http bench-http-quick debian clean help
+.PHONY: run test clients test-fast screenshot lint fuzz bench-duplex bench-duplex-browser bench-duplex-quick bench-turns bench bench-load bench-load-designs bench-browser bench-http bench-http-quick debian clean help
 
 help:
 	@echo "make run    start the gateway + demo page (HOST, PORT, ICE_HOSTS, VOICE, AGENT, WORKERS, UDP_PORT)"
@@ -123,6 +123,9 @@ bench-load-designs: $(TEST_STAMP)  # the shared UDP socket against one socket pe
 
 bench-duplex: $(TEST_STAMP) $(SMART_TURN) debian
 	$(BIN)/python -m bench.duplex
+
+bench-duplex-browser: $(TEST_STAMP) $(SMART_TURN) debian  # the same in real Chromium (issue 26)
+	$(BIN)/python -m bench.browser_duplex
 
 bench-duplex-quick: $(TEST_STAMP) $(SMART_TURN) debian
 

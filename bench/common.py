@@ -112,14 +112,15 @@ async def gateway_process(
         log.close()
 
 
-def stop(proc: subprocess.Popen, timeout: float) -> None:
-    """Terminate ``proc``; kill it if it has not exited after ``timeout`` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(10)
+def stop(proc: subprocess.Popen, grace: float = 15.0) -> None:
+    """Terminate ``proc``; kill it if it has not exited after ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def machine() -> dict[str, Any]:

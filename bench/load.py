@@ -58,7 +58,7 @@ import aiohttp
 import numpy as np
 
 from bench import procstats
-from bench.common import RESULTS, free_port, machine, wait_healthy
+from bench.common import RESULTS, free_port, machine, stop, wait_healthy
 from bench.loadgen import LONG_TEXT, LoadSession
 from gateway import aiortc_compat
 from gateway.tts.tone import write_wav_mono
@@ -185,16 +185,6 @@ def spawn_server(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             cmd, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=_child_setup, cwd=REPO
         )
-
-
-def stop(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 async def fetch_health(url: str) -> dict[str, Any] | None:
