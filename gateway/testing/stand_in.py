@@ -40,11 +40,14 @@ class FaultSchedule:
 
 
 class HttpStandIn(FaultSchedule):
-    """An aiohttp server answering every path with ``_handle``; port 0 picks a free one."""
+    """An aiohttp server on loopback only, answering every path with ``_handle``; port 0
+    picks a free one."""
 
     gate: asyncio.Event | None = None  # set by tests that pause a stream; opened at stop
 
     def __init__(self, host: str, port: int) -> None:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"the stand-in binds loopback only, not {host!r}")
         self.host, self.port = host, port
         self._runner: web.AppRunner | None = None
         self._stopping = asyncio.Event()
