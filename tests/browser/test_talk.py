@@ -69,6 +69,9 @@ async def read_sse(gw, session_id: str, into: list[tuple[str, dict]]) -> None:
                 into.append((kind, json.loads(line[6:])))
 
 
+# Serial: the turn's latency bound needs CPU for Whisper's decode child, which runs SCHED_IDLE
+# (it only gets what nothing else wants); beside three other tests it starved: 11.6 s of ASR.
+@pytest.mark.serial
 async def test_talk_question_heard_answered_and_timed(start_gateway, mic_page):
     need_module("faster_whisper", "the [listen] extra (faster-whisper listens)")
     gw = await start_gateway(duplex=True, agent="echo", reply_voice="tone")
