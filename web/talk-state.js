@@ -28,6 +28,7 @@ export const talk = {
   replies: [], // {turn, text, utterance, state, at}
   utterances: {}, // id → latest state
   interrupted: [], // utterance ids cut by barge-in
+  words: {}, // utterance id → [{word, start_ms, end_ms}], each as the gateway says it was heard
   errors: [], // {code, message, turn}
   turns: [], // by turn number; see turnOf
   events: { sse: {}, channel: {}, applied: {}, total: 0, first: null },
@@ -44,7 +45,7 @@ export function resetTalk() {
   Object.assign(talk, {
     state: "idle", sessionId: null, sessionUrl: null, answerDirection: null, channel: "none",
     sse: "none", connection: "new", mic: null, speech: false, partial: "", partialTurn: null, transcripts: [],
-    replies: [], utterances: {}, interrupted: [], errors: [], turns: [],
+    replies: [], utterances: {}, interrupted: [], words: {}, errors: [], turns: [],
     events: { sse: {}, channel: {}, applied: {}, total: 0, first: null },
     serverState: null, error: null, startedAt: null,
   });
@@ -160,6 +161,13 @@ function apply(event, now) {
     case "utterance": {
       talk.utterances[event.id] = event.state;
       for (const reply of talk.replies) if (reply.utterance === event.id) reply.state = event.state;
+      break;
+    }
+    case "word": {
+      const words = (talk.words[event.utterance] ??= []);
+      words.push({ word: event.word, start_ms: event.start_ms, end_ms: event.end_ms });
+      const ids = Object.keys(talk.words);
+      if (ids.length > KEEP) delete talk.words[ids[0]];
       break;
     }
     case "interrupted": {

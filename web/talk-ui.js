@@ -79,7 +79,7 @@ function renderLog() {
       if (turn.reply.length) {
         const bot = document.createElement("p");
         bot.className = "bot";
-        bot.textContent = turn.reply.join(" ");
+        bot.append(...captionOf(turn));
         const states = turn.utterances.map((id) => talk.utterances[id]).filter(Boolean);
         const state = document.createElement("span");
         state.className = "state";
@@ -97,6 +97,28 @@ function renderLog() {
       return li;
     }),
   );
+}
+
+/**
+ * The reply as captions: each clause's words, those the gateway said were heard (its `word`
+ * events) marked heard, the latest one current while its utterance plays, the rest unheard.
+ * The words are matched by count: the gateway's words are the clause's whitespace words.
+ */
+function captionOf(turn) {
+  const nodes = [];
+  turn.reply.forEach((text, i) => {
+    const id = turn.utterances[i];
+    const heard = talk.words[id]?.length ?? 0;
+    const playing = talk.utterances[id] === "playing";
+    text.split(/\s+/).filter(Boolean).forEach((word, j) => {
+      if (nodes.length) nodes.push(" ");
+      const span = document.createElement("span");
+      span.className = j >= heard ? "word unheard" : j === heard - 1 && playing ? "word current" : "word heard";
+      span.textContent = word;
+      nodes.push(span);
+    });
+  });
+  return nodes;
 }
 
 function renderLatency() {

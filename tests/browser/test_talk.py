@@ -120,6 +120,11 @@ async def test_talk_question_heard_answered_and_timed(start_gateway, mic_page):
         ".some((v, i) => i % 4 === 3 && v > 0)")
     assert drawn
     assert "weather" in (await page.inner_text("#talk-log")).lower()
+    # captions: the reply's words came as heard (word events), and the log marks them heard
+    heard_words = [w["word"] for u in turn["utterances"] for w in talk["words"].get(u, [])]
+    assert heard_words and heard_words[0].lower().startswith("you"), talk["words"]
+    marked = await page.locator("#talk-log .bot .word.heard").all_inner_texts()
+    assert len(marked) >= len(heard_words) - 1 and marked[0].lower().startswith("you"), marked
     assert "end of speech" in await page.inner_text("#talk-latency")
 
     # every kind of event came both ways: SSE and the data channel, and each applied once
