@@ -4,9 +4,11 @@ and the owners of its asyncio Events and Queues (issue 28's RSS lever, made visi
 The gateway runs in this process (so ``tracemalloc`` and ``gc`` can see it, tone voices, the
 defaults otherwise); the listeners are ``bench.loadgen`` in a child process (recvonly offers
 through the public API, header-only receive). Two snapshots: before any session, and once
-``--sessions`` are connected and settled (silent, or ``--speaking`` with every session asked
-for a long tone). ``gc.unfreeze()`` first: the gateway's GC policy freezes long-lived objects
-into the permanent generation, which ``gc.get_objects`` does not list. The heap figure is
+``--sessions`` are connected and settled (silent, or ``--speaking``: every session replaying
+a phrase-cache hit, four queued back to back, as the load bench's speaking sessions do -- one
+session speaks the phrase to the end before the first snapshot, so the cache holds it).
+``gc.unfreeze()`` first: the gateway's GC policy freezes long-lived objects into the permanent
+generation, which ``gc.get_objects`` does not list. The heap figure is
 Python's allocations only; RSS per session (with the C side: libsrtp, OpenSSL, libopus) is the
 load bench's (``bench.load``, "RSS / stream"), printed there beside its target.
 
@@ -28,16 +30,20 @@ import types
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 
 from bench.common import machine, write_results
+from gateway import aiortc_compat
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY
 from gateway.api.timeouts import connection_limits, guard_runner, serve_options
+from gateway.client.peer import GatewayClient
 from gateway.config import GatewayConfig
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 
+PHRASE = "This is the benchmark phrase every session repeats."
 TARGET_KB = 100  # issue 28: RSS per added session, speaking and silent
 _KINDS = {"asyncio.Event": asyncio.Event, "asyncio.Queue": asyncio.Queue}
 
@@ -67,6 +73,21 @@ def owners(kind: type, skip: list[Any]) -> collections.Counter[str]:
     return counts
 
 
+async def warm_phrase(url: str) -> None:
+    """Speak ``PHRASE`` once to the end: the phrase cache then holds it for every session."""
+    aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+    async with aiohttp.ClientSession() as http:
+        client = GatewayClient(url, http)
+        await client.connect()
+        try:
+            spoken = await client.say(PHRASE)
+            state = await client.wait_utterance(spoken.utterance["id"])
+            if state.get("state") != "done":
+                raise SystemExit(f"the warm-up phrase did not play: {state}")
+        finally:
+            await client.close()
+
+
 def census() -> dict[str, collections.Counter[str]]:
     gc.unfreeze()
     gc.collect()
@@ -84,7 +105,7 @@ def _short(filename: str) -> str:
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     tracemalloc.start(1)
     config = GatewayConfig(host="127.0.0.1", port=0, ice_hosts=("127.0.0.1",))
-    voices = VoiceRegistry([ToneSynthesizer(name="tone", frequency=440.0, seconds=60.0,
+    voices = VoiceRegistry([ToneSynthesizer(name="tone", frequency=440.0, seconds=6.0,
                                             sample_rate=24_000)])
     app = create_app(config, voices)
     limits = connection_limits(config)
@@ -94,9 +115,13 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
+    url = f"http://127.0.0.1:{port}"
+    if args.speaking:
+        await warm_phrase(url)
     before = census()
     heap0 = tracemalloc.take_snapshot()
-    cmd = [sys.executable, "-m", "bench.loadgen", "--url", f"http://127.0.0.1:{port}",
+    cmd = [sys.executable, "-m", "bench.loadgen", "--url", url, "--text", PHRASE,
+           "--utterances", "4",
            "--server-pid", str(os.getpid()), "--sessions", str(args.sessions), "--full", "0",
            "--silent-window", "1" if args.speaking else str(args.settle + 60), "--window", "60"]
     if not args.speaking:
