@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -233,7 +234,8 @@ def trim_silence(
 def _trimmed_words(words: list[WordTiming], start: int, end: int, rate: int
                    ) -> tuple[WordTiming, ...]:
     """Word timings moved onto the trimmed audio's timeline (and kept inside it)."""
-    shift, limit = start * 1000 / rate, (end - start) * 1000 / rate
+    shift = start * 1000 / rate
+    limit = math.floor((end - start) * 10000 / rate) / 10  # rounded down: never past the end
     out = []
     for w in words:
         w = w.shifted(-shift)
@@ -392,8 +394,10 @@ class PiperSynthesizer:
         for k, w in enumerate(words):
             end = int(w.end_ms * rate / 1000)
             if end - start >= FIRST_PIECE_MIN_S * rate:
+                # at a word's end, never inside one: a chunk carries the words it starts, and
+                # a chunk with none reads as untimed audio (text_feed, the ElevenLabs door)
                 if k + 1 < len(words) and total - end >= REST_MIN_S * rate:
-                    cut = end  # a word follows: the rest is not just the closing pause
+                    cut = end
                 break
         shift = start * 1000 / rate
         timed = [w.shifted(-shift) for w in words]
