@@ -122,7 +122,7 @@ async def main(args: argparse.Namespace) -> None:
     print(f"level at gain {pv.OUTPUT_GAIN}: {min(gains):+.1f} .. {max(gains):+.1f} dB against "
           f"peak-normalised (median {statistics.median(gains):+.1f}); clipped samples max "
           f"{max(clipped) * 100:.3f} %")
-    print(f"written {path}")
+    print(f"written {path}", flush=True)  # before exit: a cancelled run's threads may abort it
 
 
 if __name__ == "__main__":
