@@ -10,6 +10,8 @@ voice, one session speaks a series of different sentences; per utterance we reco
   gateway's own work, without the slot wait),
 - first_pcm_ms: request received -> first PCM chunk (the synthesizer's share).
 Targets (issue 2): server overhead <= 5 ms; say -> first audio <= 120 ms with the embedded voice.
+``--ab whole`` adds a second Piper voice ``whole`` (``--ab-spec``, default ``piper?split=0``: the
+whole-graph render) to the same gateway, measured against ``joe`` in alternating blocks.
 """
 
 from __future__ import annotations
@@ -37,15 +39,28 @@ SENTENCES = [
 ]
 
 
-async def measure(url: str, voice: str | None, runs: int) -> dict[str, Any]:
+async def measure(url: str, voice: str | None, runs: int, first: int = 0) -> dict[str, Any]:
     client = GatewayClient(url, capture=True)  # speak_series reads the packets
     await client.connect()
     try:
-        texts = [SENTENCES[i % len(SENTENCES)] for i in range(runs)]
+        texts = [SENTENCES[(first + i) % len(SENTENCES)] for i in range(runs)]
         rows = await speak_series(client, voice, texts)
     finally:
         await client.close()
     return {"connect_ms": client.connect_ms, "runs": rows, **summarize(rows)}
+
+
+async def measure_ab(url: str, names: list[str], runs: int, blocks: int = 3
+                     ) -> dict[str, dict[str, Any]]:
+    """``runs`` utterances per voice, in ``blocks`` alternating blocks (A B A B ...; the same
+    sentences for each voice in a block), so both share the same minutes of the machine."""
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    size = -(-runs // blocks)
+    for b in range(blocks):
+        n = min(size, runs - b * size)
+        for name in names if b % 2 == 0 else names[::-1]:
+            rows[name] += (await measure(url, name, n, first=b * size))["runs"]
+    return {name: {"runs": r, **summarize(r)} for name, r in rows.items()}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,11 +80,18 @@ async def main(args: argparse.Namespace) -> None:
     aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
     results: dict[str, Any] = {}
     voices = ["joe=piper", "tone=tone:440?seconds=0.5"]
+    if args.ab:
+        voices.insert(1, f"{args.ab}={args.ab_spec}")
     # Repeated sentences would be phrase-cache hits: measure synthesis, not the cache.
     async with gateway_process(voices, extra=["--phrase-cache-mb", "0"]) as url:
-        for name in ("joe", "tone"):
+        names = ["joe", "tone"] if not args.ab else [args.ab, "joe", "tone"]
+        for name in names:
             await measure(url, name, 2)  # warm-up: model caches, first-call paths
-            results[name] = await measure(url, name, args.runs)
+        if args.ab:  # the other Piper render and ours, alternating blocks
+            results.update(await measure_ab(url, [args.ab, "joe"], args.runs))
+        else:
+            results["joe"] = await measure(url, "joe", args.runs)
+        results["tone"] = await measure(url, "tone", args.runs)
     targets = {"server_overhead_ms_max": 5.0, "piper_first_audio_ms_max": 120.0}
     verdict = {
         # The gateway's own work must fit in 5 ms; the slot wait (0-20 ms) is reported apart.
@@ -84,7 +106,8 @@ async def main(args: argparse.Namespace) -> None:
         "piper_first_audio_ok": results["joe"]["first_audio_ms"]["median"]
         <= targets["piper_first_audio_ms_max"],
     }
-    path = write_results("latency", {"results": results, "targets": targets, "verdict": verdict})
+    path = write_results(args.out, {"results": results, "targets": targets, "verdict": verdict,
+                                    "voices": voices})
     print(f"{'voice':<6} {'say->first audio':>17} {'p90':>7} {'first PCM':>10} "
           f"{'processing':>11} {'PCM->RTP sent':>14} {'p90':>7}  (ms, median of {args.runs})")
     for name, r in results.items():
@@ -102,4 +125,9 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--ab", metavar="NAME", help="also a second Piper voice under NAME "
+                        "(spec --ab-spec), measured against joe in alternating blocks")
+    parser.add_argument("--ab-spec", default="piper?split=0",
+                        help="its voice spec (default: the whole-graph render)")
+    parser.add_argument("--out", default="latency", help="results name (bench/results/NAME.json)")
     asyncio.run(main(parser.parse_args()))

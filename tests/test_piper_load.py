@@ -69,9 +69,14 @@ def test_one_model_and_one_pool_per_process(piper):
     other = piper_voice.PiperSynthesizer(name="other")
     assert other.voice is piper.voice  # the model is loaded once
     assert other.pool is piper.pool is piper_voice.piper_pool()  # and synthesised on one pool
-    options = piper.voice.session.get_session_options()
-    assert options.intra_op_num_threads <= 2  # not onnxruntime's spinning thread per core
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert other.split is piper.split  # and its two halves too
+    sessions = [piper.voice.session]  # the whole graph (built on first use: split=0, benches)
+    if piper.split is not None:
+        sessions += [piper.split.encoder, piper.split.decoder]
+    for session in sessions:
+        options = session.get_session_options()
+        assert options.intra_op_num_threads <= 2  # not onnxruntime's spinning thread per core
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
 
 
 async def test_piper_alone_does_not_hold_up_the_event_loop(piper):

@@ -72,3 +72,13 @@ def test_the_first_clause_is_cut_after_three_words_and_the_spec_can_say_otherwis
     assert split_clauses(text, six.first_max_words)[0] == "The weather tomorrow looks"
     with pytest.raises(ValueError):
         build_voice("piper?first_words=many")
+
+
+def test_the_spec_can_keep_the_whole_graph_render():
+    from gateway.tts.registry import build_voice
+
+    assert build_voice("piper").split is not None  # the default: first word decoded first
+    whole = build_voice("whole=piper?split=0")
+    assert whole.name == "whole" and whole.split is None
+    with pytest.raises(ValueError):
+        build_voice("piper?split=maybe")

