@@ -89,7 +89,7 @@ class RtpSink:
         self.ticker = ticker
         if pacer is None:
             assert ticker is not None, "a sink needs a ticker or its own pacer"
-            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.now, align=ticker.align)
+            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.clock, align=ticker.align)
         self.pacer = pacer
         self.stats = SendStats()
         self.drop_first_tx: Callable[[bytes], bool] | None = None
