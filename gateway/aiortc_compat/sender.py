@@ -132,16 +132,25 @@ def resolve_send_path(mode: str) -> tuple[tuple[Any, int, int] | None, str]:
 
 
 def compiled_rtp_sender(
-    transport: RTCDtlsTransport, header: bytes, ast_at: int
-) -> Callable[[int, int, int, int, bytes], bool] | None:
-    """``send(second_byte, seq, timestamp, abs_send_time, payload)``: the packet staged in the
-    shared socket's ``CompiledBatch`` (``header`` -- the stream's serialized RTP header,
+    sender: RTCRtpSender, header: bytes, ast_at: int
+) -> Callable[[int, int, int, int, int, bytes], bool] | None:
+    """``send(second_byte, seq, timestamp, abs_send_time, ntp, payload)``: the packet staged in
+    the shared socket's ``CompiledBatch`` (``header`` -- the stream's serialized RTP header,
     abs-send-time at ``ast_at`` or -1 -- patched, SRTP-protected on the transport's own
-    ``srtp_t``) to leave with the tick's ``sendmmsg``; False, having sent nothing, when it
-    cannot (then the caller takes the Python path: not connected, a pair not on a shared
-    socket with a compiled batch, a protect error). None when the stream cannot use it at all.
+    ``srtp_t``) to leave with the tick's ``sendmmsg``, and aiortc's sender-report counters
+    updated as ``note_rtp_sent`` does (``ntp``: the send time), inline; False, having sent
+    nothing and counted nothing, when it cannot (then the caller takes the Python path: not
+    connected, a pair not on a shared socket with a compiled batch, a protect error). None
+    when the stream cannot use it at all.
+
+    Per packet this is one Python call around the C one: the batch's ``gw_stage`` and its
+    pointer are bound in the closure once (again only when the nominated pair moves to
+    another socket), the endpoint's ``closing`` flag is read, not asked.
     """
+    transport = sender.transport
     _require(transport, "_tx_srtp")
+    _require(sender, "_RTCRtpSender__octet_count")
+    _require(sender, "_RTCRtpSender__packet_count")
     if transport.state != "connected":
         return None
     connection = _ice_connection(transport)
@@ -175,12 +184,12 @@ def compiled_rtp_sender(
         stream = batch.new_stream(header, ast_at, srtp_address, name)
     except ValueError:
         return None
-    stage = batch.stage
+    stage_c, ptr = batch.stage_c, batch.ptr
     connected = aiortc.rtcdtlstransport.State.CONNECTED
 
-    def send(b1: int, seq: int, ts: int, ast: int, payload: bytes) -> bool:
-        nonlocal pair, endpoint, mux, batch, stage
-        if transport._state is not connected or endpoint.is_closing():
+    def send(b1: int, seq: int, ts: int, ast: int, ntp: int, payload: bytes) -> bool:
+        nonlocal pair, endpoint, mux, batch, stage_c, ptr
+        if transport._state is not connected or endpoint.closing:
             return False
         current = nominated.get(1)
         if current is not pair:  # the peer nominated another pair (an ICE restart, say)
@@ -190,16 +199,24 @@ def compiled_rtp_sender(
                 return False
             pair, (endpoint, mux, batch) = current, found
             batch.set_address(stream, address)
-            stage = batch.stage
-        n = stage(stream, b1, seq, ts, ast, payload)
+            stage_c, ptr = batch.stage_c, batch.ptr
+        size = len(payload)
+        n = stage_c(ptr, stream, b1, seq, ts, ast, payload, size)
         if n == 1:
             mux.staged()
         elif n == -2:  # the batch is full: out with it, then stage again
             mux.flush()
-            n = stage(stream, b1, seq, ts, ast, payload)
+            n = stage_c(ptr, stream, b1, seq, ts, ast, payload, size)
             if n == 1:
                 mux.staged()
-        return n > 0
+        if n <= 0:
+            return False
+        # note_rtp_sent, inline (the counters aiortc's RTCP sender reports are built from)
+        sender._RTCRtpSender__ntp_timestamp = ntp  # type: ignore[attr-defined]
+        sender._RTCRtpSender__rtp_timestamp = ts  # type: ignore[attr-defined]
+        sender._RTCRtpSender__octet_count += size  # type: ignore[attr-defined]
+        sender._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
+        return True
 
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     return send

@@ -40,7 +40,7 @@ class Conversation:
     ) -> None:
         """``encode=False``: the frames are 24 kHz PCM, not Opus (see ``Speaker``)."""
         self.fanout = FrameFanout()
-        self.events = EventBus()
+        self._events = EventBus()
         self.speaker = Speaker(
             self.fanout, settings, max_pending_utterances, cache=phrase_cache, encode=encode
         )
@@ -49,7 +49,26 @@ class Conversation:
         self._heard: dict[Utterance, Heard] = {}  # as heard when it was cut
         self.paused = False
         self.sinks: dict[str, AudioSink] = {}
-        self.words = WordEvents(self._publish_word, self.played_ms)
+        # words are computed only while the events have a listener that takes them
+        self.words = WordEvents(self._publish_word, self.played_ms, wanted=self._wants_words)
+        self._events.on_words_wanted = self.words.resume
+
+    @property
+    def events(self) -> EventBus:
+        """The conversation's events. Settable (a channel puts its own bus here): the word
+        events follow whichever bus it is, and are made only while it ``wants_words``."""
+        return self._events
+
+    @events.setter
+    def events(self, bus: EventBus) -> None:
+        self._events.on_words_wanted = None
+        self._events = bus
+        bus.on_words_wanted = self.words.resume
+        if bus.wants_words:
+            self.words.resume()
+
+    def _wants_words(self) -> bool:
+        return self._events.wants_words
 
     def attach_sink(
         self, name: str, queue: FrameQueue, policy: SinkPolicy, sink: AudioSink | None = None
@@ -133,7 +152,7 @@ class Conversation:
             self._heard.pop(utterance, None)
 
     def _publish_word(self, utterance: Utterance, word: WordTiming) -> None:
-        self.events.publish("word", utterance=utterance.id, word=word.word,
+        self._events.publish("word", utterance=utterance.id, word=word.word,
                             start_ms=word.start_ms, end_ms=word.end_ms)
 
     async def close(self) -> None:

@@ -9,6 +9,12 @@ text, utterances}``, ``utterance`` ``{id, state}``, ``reply_paused`` / ``reply_r
 ``{turn}`` (voice over a reply, before it is confirmed as a barge-in), ``interrupted``
 ``{utterance, heard_ms, heard_text}``, ``word`` ``{utterance, word, start_ms, end_ms}`` (when
 the listener hears it begin: gateway.conversation.words), ``error`` ``{code, message}``.
+
+``word`` events cost a timer pass per playing session while they are followed, so they are only
+made while someone takes them: ``wants_words`` is true while the bus has an SSE subscriber or a
+callback registered with ``words=True`` (the ``events`` data channel); a callback that wants no
+words (the Realtime responder: ``words=False``) is never handed one, and a session with only
+such listeners computes none. ``on_words_wanted`` is told when that turns true.
 """
 
 from __future__ import annotations
@@ -73,36 +79,61 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subscriptions: set[Subscription] = set()
-        self._callbacks: list[Callable[[Event], None]] = []
+        self._callbacks: list[tuple[Callable[[Event], None], bool]] = []  # (callback, words)
+        self._word_callbacks = 0  # of ``_callbacks``, those that take word events
+        #: called when ``wants_words`` turns true (the conversation's word events resume)
+        self.on_words_wanted: Callable[[], None] | None = None
         self.published = 0
+
+    @property
+    def wants_words(self) -> bool:
+        """Whether anyone takes ``word`` events: an SSE subscriber, a ``words=True`` callback."""
+        return bool(self._subscriptions) or self._word_callbacks > 0
+
+    def _words_wanted(self, before: bool) -> None:
+        if not before and self.wants_words and self.on_words_wanted is not None:
+            self.on_words_wanted()
 
     def subscribe(self, maxsize: int = 256) -> Subscription:
         if len(self._subscriptions) >= self.MAX_SUBSCRIBERS:
             raise OverflowError(f"at most {self.MAX_SUBSCRIBERS} event listeners per session")
+        before = self.wants_words
         subscription = Subscription(self, maxsize)
         self._subscriptions.add(subscription)
+        self._words_wanted(before)
         return subscription
 
-    def on_event(self, callback: Callable[[Event], None]) -> None:
-        """Call ``callback(event)`` for every event (the data channel's sender)."""
-        self._callbacks.append(callback)
+    def on_event(self, callback: Callable[[Event], None], words: bool = True) -> None:
+        """Call ``callback(event)`` for every event (the data channel's sender); ``words=False``:
+        every event but ``word`` (and none is computed for this listener's sake)."""
+        before = self.wants_words
+        self._callbacks.append((callback, words))
+        self._word_callbacks += words
+        self._words_wanted(before)
 
     def publish(self, type: str, **data: Any) -> Event:
         event = Event(type, data, time.monotonic())
         self.published += 1
         for subscription in list(self._subscriptions):
             subscription._put(event)
-        for callback in list(self._callbacks):
+        is_word = type == "word"
+        for entry in list(self._callbacks):
+            callback, words = entry
+            if is_word and not words:
+                continue
             try:
                 callback(event)
             except Exception:  # a broken listener must not stop the others
-                self._callbacks.remove(callback)
+                self._callbacks.remove(entry)
+                self._word_callbacks -= words
         return event
 
     def close(self) -> None:
         for subscription in list(self._subscriptions):
             subscription.close()
         self._callbacks.clear()
+        self._word_callbacks = 0
+        self.on_words_wanted = None
 
     @property
     def subscribers(self) -> int:

@@ -7,13 +7,22 @@ definition of heard: the primary sink's sends less its ``listener_delay_s``). A 
 once the played position passes its ``start_ms``; then, and not when its frame is sent, the
 event ``word {"utterance", "word", "start_ms", "end_ms"}`` goes out on the session's events.
 
-One timer per conversation, not a task per word or per utterance: ``WordEvents`` keeps a
-cursor (the next word's index) for each playing utterance and arms a single callback on the
-shared ticker (gateway.media.ticker, the grid the sends already wake on; after that tick's
-sends, so publishing -- a data-channel message -- never holds a packet back) for the earliest
-moment any cursor's next word can be heard, computed from the played position; when it fires
-it publishes what was heard and re-arms. Played positions are re-read on every fire, so a
-paused playout (sends held) holds the words back too.
+One wake-up per conversation, not a task per word or per utterance: ``WordEvents`` keeps a
+cursor (the next word's index) for each playing utterance and asks for a single wake-up at the
+earliest moment any cursor's next word can be heard, computed from the played position; then
+it publishes what was heard and asks again. Played positions are re-read on every wake-up, so
+a paused playout (sends held) holds the words back too. The wake-ups of every conversation go
+through one ``WordPass`` per shared ticker (gateway.media.ticker, the grid the sends already
+wake on): one ticker callback per tick that has any session due, after that tick's sends (so
+publishing -- a data-channel message -- never holds a packet back), running every due
+session's pass -- not a ticker entry and a closure per session and wake-up.
+
+No listener, no work: ``wanted`` (the conversation's ``EventBus.wants_words``) is asked
+before each wake-up; while nobody takes word events (no SSE subscriber, no ``events`` data
+channel; the Realtime responder does not take them) nothing is armed and nothing computed
+(cursors are still kept: a state change per utterance). When a listener arrives, ``resume``
+moves every cursor past what was heard meanwhile without publishing it (a listener that joins
+late gets the words from then on, as before) and arms again.
 
 - A sink that cannot tell what its listener played (HTTP ``asap``): no word events claimed.
 - An interrupted utterance: the words heard before the cut (``cut``, from the conversation's
@@ -27,9 +36,10 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from collections.abc import Callable
 
-from gateway.media.ticker import shared_ticker
+from gateway.media.ticker import Ticker, shared_ticker
 from gateway.speech.utterance import Utterance, UtteranceState
 from gateway.text.timing import WordTiming
 
@@ -51,16 +61,75 @@ def _nothing_played(utterance: Utterance, now: float) -> float | None:
     return None
 
 
+def _always() -> bool:
+    return True
+
+
+class WordPass:
+    """Every conversation's word wake-ups on one ticker: per tick with any due, one callback
+    (after the tick's sends) that runs each due ``WordEvents``' pass."""
+
+    __slots__ = ("__weakref__", "_due", "_ticker", "passes", "runs")
+
+    def __init__(self, ticker: Ticker) -> None:
+        self._ticker = weakref.ref(ticker)  # (the pass is the ticker's: no cycle with it)
+        self._due: dict[int, list[tuple[WordEvents, int]]] = {}  # tick -> (words, generation)
+        self.runs = 0  # ticker callbacks run
+        self.passes = 0  # conversations' passes run by them
+
+    def schedule(self, when: float, words: WordEvents, generation: int) -> None:
+        """Run ``words``' pass (if ``generation`` is still its latest) on the first tick at or
+        after ``when``."""
+        ticker = self._ticker()
+        if ticker is None:
+            return
+        tick = ticker.tick_at_or_after(when)
+        due = self._due.get(tick)
+        if due is not None:
+            due.append((words, generation))
+            return
+        self._due[tick] = [(words, generation)]
+        ticker.call_after_sends(ticker.time_of(tick), lambda: self._run(tick))
+
+    def _run(self, tick: int) -> None:
+        self.runs += 1
+        for words, generation in self._due.pop(tick, ()):
+            self.passes += 1
+            words._fire(generation)
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(due) for due in self._due.values())
+
+
+_PASSES: weakref.WeakKeyDictionary[Ticker, WordPass] = weakref.WeakKeyDictionary()
+
+
+def word_pass(ticker: Ticker | None = None) -> WordPass:
+    """The word pass of ``ticker`` (default: the running loop's shared ticker; RuntimeError
+    without a running loop)."""
+    ticker = shared_ticker() if ticker is None else ticker
+    found = _PASSES.get(ticker)
+    if found is None:
+        found = _PASSES[ticker] = WordPass(ticker)
+    return found
+
+
 class WordEvents:
     """Publishes each followed utterance's words as its listener hears them."""
 
     def __init__(self, publish: Publish, played: Played,
                  clock: Callable[[], float] = time.monotonic,
-                 schedule: Schedule | None = None) -> None:
+                 schedule: Schedule | None = None,
+                 wanted: Callable[[], bool] | None = None) -> None:
+        """``schedule``: ``call_at(when, callback)`` for the wake-ups (tests; default: the
+        running loop's ``WordPass``); ``wanted``: whether anyone takes the events now (default:
+        always)."""
         self._publish = publish
         self._played = played
         self._clock = clock
         self._schedule = schedule
+        self._wanted = wanted or _always
         self._cursors: dict[Utterance, int] = {}  # next word to publish, in utterance order
         self._armed_at = math.inf  # when the pending callback fires (inf: none pending)
         self._generation = 0  # a callback armed before the latest re-arm (or close) is stale
@@ -80,7 +149,7 @@ class WordEvents:
         """``utterance`` was interrupted with ``heard_ms`` of it heard: publish the words that
         began before that, and none after."""
         index = self._cursors.pop(utterance, None)
-        if index is None:
+        if index is None or not self._wanted():
             return
         words = utterance.words
         while index < len(words) and words[index].start_ms < heard_ms:
@@ -99,6 +168,18 @@ class WordEvents:
         # conversation is freed by refcounting (no cycle left for a full collection)
         self._publish = _ignore_word
         self._played = _nothing_played
+        self._wanted = _always
+
+    def resume(self) -> None:
+        """A word listener arrived: skip what was heard while nobody listened (published to
+        no one), then wake up for the rest."""
+        if self.closed or not self._cursors:
+            return
+        self._generation += 1  # whatever was armed: this pass replaces it
+        self._armed_at = math.inf
+        soonest = self._pass(self._clock(), publish=False)
+        if soonest < math.inf:
+            self._arm(soonest)
 
     @property
     def following(self) -> int:
@@ -111,36 +192,46 @@ class WordEvents:
     def _arm(self, when: float) -> None:
         if self.closed or when >= self._armed_at:
             return  # the pending callback comes sooner and re-arms for the rest
+        if not self._wanted():
+            return  # nobody takes word events: nothing armed (``resume`` arms again)
         self._generation += 1
         self._armed_at = when
         generation = self._generation
         schedule = self._schedule
         if schedule is None:
             try:  # the running loop's; after the tick's sends: an event never delays a packet
-                schedule = shared_ticker().call_after_sends
+                word_pass().schedule(when, self, generation)
             except RuntimeError:  # no running loop (unit use): nothing is playing
                 self._armed_at = math.inf
-                return
+            return
         schedule(when, lambda: self._fire(generation))
 
     def _fire(self, generation: int) -> None:
         if generation != self._generation or self.closed:
             return  # superseded by an earlier arm, or closed
         self._armed_at = math.inf
-        now = self._clock()
-        soonest = math.inf
-        for utterance, index in list(self._cursors.items()):
-            due = self._advance(utterance, index, now)
-            if due is None:
-                self._cursors.pop(utterance, None)
-            else:
-                soonest = min(soonest, due)
+        if not self._wanted():
+            return  # the last word listener left: stop here (``resume`` starts again)
+        soonest = self._pass(self._clock())
         if soonest < math.inf:
             self._arm(soonest)
 
-    def _advance(self, utterance: Utterance, index: int, now: float) -> float | None:
-        """Publish what of ``utterance`` was heard by ``now``; when to look again (None: it
-        is finished with)."""
+    def _pass(self, now: float, publish: bool = True) -> float:
+        """Every cursor advanced to ``now`` (its words published, if ``publish``); the
+        soonest moment one needs looking at again (inf: none)."""
+        soonest = math.inf
+        for utterance, index in list(self._cursors.items()):
+            due = self._advance(utterance, index, now, publish)
+            if due is None:
+                self._cursors.pop(utterance, None)
+            elif due < soonest:
+                soonest = due
+        return soonest
+
+    def _advance(self, utterance: Utterance, index: int, now: float,
+                 publish: bool = True) -> float | None:
+        """Publish (``publish``) what of ``utterance`` was heard by ``now``; when to look
+        again (None: it is finished with)."""
         state = utterance.state
         if state is UtteranceState.INTERRUPTED or state is UtteranceState.FAILED:
             return None
@@ -157,7 +248,8 @@ class WordEvents:
         played_all = (state is UtteranceState.DONE
                       and played >= delivery.frames * FRAME_MS)
         while index < len(words) and (words[index].start_ms < played or played_all):
-            self._emit(utterance, words[index])
+            if publish:
+                self._emit(utterance, words[index])
             index += 1
         self._cursors[utterance] = index
         if index < len(words):

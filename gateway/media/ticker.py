@@ -32,6 +32,7 @@ class Ticker:
             raise ValueError("period must be positive")
         self.period = period
         self._clock = clock
+        self.clock = clock  # the raw clock: a pacer reads it without a method call between
         self._loop = loop
         self._origin = clock()
         self._buckets: dict[int, list[asyncio.Future[None]]] = {}
@@ -68,7 +69,15 @@ class Ticker:
         self._add(self._buckets, t, waiter)
 
     def call_at(self, t: float, callback: Callable[[], None]) -> None:
-        """Run ``callback()`` on the first tick at or after ``t`` (no future, no task)."""
+        """Run ``callback()`` on the first tick at or after ``t`` (no future, no task).
+
+        Every stream re-arms through here once per packet, so the common case -- a tick
+        someone already waits for -- is this one call (``_add`` inlined, no helper calls)."""
+        tick = math.ceil((t - self._origin) / self.period - EPSILON)
+        items = self._calls.get(tick)
+        if items is not None:
+            items.append(callback)
+            return
         self._add(self._calls, t, callback)
 
     def call_after_sends(self, t: float, callback: Callable[[], None]) -> None:

@@ -112,27 +112,27 @@ class MuxEndpoint(asyncio.DatagramTransport):
         self.receiver = receiver
         self.ufrags: list[str] = [ufrag]
         self.addresses: set[Address] = set()
-        self._closing = False
+        self.closing = False  # (read directly by the compiled send path, per packet)
 
     # asyncio.DatagramTransport
 
     def sendto(self, data: bytes, addr: Any = None) -> None:  # type: ignore[override]
-        if self._closing or addr is None:
+        if self.closing or addr is None:
             return
         self.mux.sendto(self, data, (addr[0], addr[1]))
 
     def send_batched(self, data: bytes, addr: Address) -> None:
         """Queue ``data`` for ``addr``: it leaves with the rest of this callback's datagrams."""
-        if not self._closing:
+        if not self.closing:
             self.mux.queue(data, addr)
 
     def is_closing(self) -> bool:
-        return self._closing
+        return self.closing
 
     def close(self) -> None:
-        if self._closing:
+        if self.closing:
             return
-        self._closing = True
+        self.closing = True
         self.mux.detach(self)
         self.mux.loop.call_soon(self._lost)
 

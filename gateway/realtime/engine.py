@@ -94,7 +94,7 @@ class RealtimeEngine:
         if audio_out == "deltas":
             conversation.attach_sink(SINK, self.deltas.sink, SinkPolicy.BLOCK)
         else:
-            conversation.events.on_event(self.responder.on_speech_event)
+            conversation.events.on_event(self.responder.on_speech_event, words=False)
         self._uplink = Resampler(24_000, ASR_RATE)
         self._decoder = InputDecoder(config.input_format["type"], ASR_RATE)
         self._frames = FrameCutter()  # to the listener

@@ -162,7 +162,7 @@ class BatchStream:
 
     def _compiled_sender(
         self, sender: RTCRtpSender
-    ) -> Callable[[int, int, int, int, bytes], bool] | None:
+    ) -> Callable[[int, int, int, int, int, bytes], bool] | None:
         """The compiled send path (net/sendpath.py) for this stream, where the shared socket
         has it and every header variant (marker, RED) differs from the base only in its second
         octet (marker bit, payload type): that octet is patched per packet."""
@@ -171,7 +171,7 @@ class BatchStream:
             if other is not None and (other.raw[:1] + other.raw[2:]
                                       != header.raw[:1] + header.raw[2:]):
                 return None
-        return aiortc_compat.compiled_rtp_sender(sender.transport, header.raw, header.ast_at)
+        return aiortc_compat.compiled_rtp_sender(sender, header.raw, header.ast_at)
 
     @property
     def send_path(self) -> str:
@@ -199,11 +199,16 @@ class BatchStream:
         self.ticker.call_at(self.pacer.deadline(), self._on_tick)
 
     def _on_tick(self) -> None:
+        # Per packet: this call, the pacer's one call for every due slot, the queue's pop,
+        # ``_emit`` (the compiled stager, the store's record and its owner's callback) and the
+        # re-arm. ``take_slot``'s accounting is inlined here rather than a chain of small calls
+        # (docs/density.md, "Fewer calls per packet").
         if not self._running:
             return
+        pacer = self.pacer
+        due: float | None = None
         try:
-            pacer = self.pacer
-            now = pacer.now()  # one clock reading for all of this stream's work
+            now = pacer.clock()  # one clock reading for all of this stream's work
             ticker = self.ticker
             stamp = ticker.tick_stamp  # one send time for all of the tick's packets
             if stamp is None:
@@ -211,21 +216,49 @@ class BatchStream:
                 if ticker.firing:
                     ticker.tick_stamp = stamp
             ntp, ast, ast_bytes = stamp
-            sent = 0
-            while pacer.time_to_next(now) <= 0.0005 and sent < MAX_CATCH_UP:
-                sent += 1  # before sending: a packet that raises still used its slot
-                if self.dtx and not len(self.queue):
-                    self._idle_slot(now, ntp, ast, ast_bytes)
-                else:
-                    self._send_one(now, ntp, ast, ast_bytes)
+            # every due slot released at once: a packet that raises still used its slot
+            slots, due = pacer.release_due(now, MAX_CATCH_UP)
+            queue, stats, dtx = self.queue, self.stats, self.dtx
+            for slot in slots:
+                try:
+                    if dtx and not len(queue):
+                        self._idle_slot(slot, now, ntp, ast, ast_bytes)
+                        continue
+                    fields = queue.pop_fields()
+                    if not stats.frames_sent:
+                        stats.first_sent_at = now
+                    stats.frames_sent += 1
+                    header = self._header
+                    if fields is None:  # keep-alive silence (no DTX)
+                        payload = self.silence
+                        stats.silence_frames += 1
+                        stats.bytes_sent += len(payload)
+                        self._idle_slots += 1
+                        self._emit(payload, None, 0, slot, now, ntp, ast, ast_bytes, header)
+                        continue
+                    payload, owner, index = fields
+                    stats.speech_frames += 1
+                    stats.bytes_sent += len(payload)
+                    if self._idle_slots:  # a talkspurt starts
+                        self._idle_slots = 0
+                        header = self._marker_header or header  # (DTX only: else all have M)
+                    self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
+                except Exception as exc:  # this packet's; the tick's other slots still go
+                    self._failed(exc)
         except Exception as exc:
-            self.stats.send_errors += 1
-            if self._last_error is None:  # logged once per stream; counted every time
-                log.exception("send tick failed (the stream carries on)")
-            self._last_error = repr(exc)
+            self._failed(exc)
+            due = None
         finally:
             if self._running:
-                self._schedule()
+                # a bound method made per slot: one kept on self would be a cycle (self ->
+                # method -> self) and a closed stream would wait for a full collection
+                self.ticker.call_at(pacer.deadline() if due is None else due, self._on_tick)
+
+    def _failed(self, exc: Exception) -> None:
+        self.stats.send_errors += 1
+        if self._last_error is None:  # logged once per stream; counted every time
+            log.exception("send tick failed (the stream carries on)")
+        self._last_error = repr(exc)
 
     def _on_wake(self) -> None:
         """A frame reached the empty queue: on an idle DTX stream, send it now rather than in
@@ -266,20 +299,28 @@ class BatchStream:
             now = self.pacer.now()
             ntp, ast, ast_bytes = send_stamp()
             self.early_sends += 1
-            self._send_one(now, ntp, ast, ast_bytes)
+            payload, owner, index, slot = take_slot(
+                self.queue, self.pacer, self.stats, self.silence, now
+            )
+            header = self._header
+            if owner is None:
+                self._idle_slots += 1
+            elif self._idle_slots:  # a talkspurt starts
+                self._idle_slots = 0
+                header = self._marker_header or header
+            self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
         except Exception as exc:
             self.stats.send_errors += 1
             self._last_error = repr(exc)
             log.exception("early send failed (the stream carries on)")
 
-    def _idle_slot(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
+    def _idle_slot(self, slot: int, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
         """DTX: DTX_HANGOVER silent frames after speech (as libopus's own DTX waits 200 ms:
         the receiver's decoder state goes quiet, else its concealment of a DTX packet goes on
         sounding like the last speech), then a 1-byte DTX packet every DTX_EVERY slots and
         nothing in between."""
         idle = self._idle_slots
         self._idle_slots = idle + 1
-        slot = self.pacer.release(now)
         if idle < DTX_HANGOVER:
             payload = self.silence
         elif (idle - DTX_HANGOVER) % DTX_EVERY:
@@ -295,18 +336,6 @@ class BatchStream:
         stats.bytes_sent += len(payload)
         self._emit(payload, None, 0, slot, now, ntp, ast, ast_bytes, self._header)
 
-    def _send_one(self, now: float, ntp: int, ast: int, ast_bytes: bytes) -> None:
-        payload, owner, index, slot = take_slot(
-            self.queue, self.pacer, self.stats, self.silence, now
-        )
-        header = self._header
-        if owner is None:  # keep-alive silence (no DTX)
-            self._idle_slots += 1
-        elif self._idle_slots:  # a talkspurt starts
-            self._idle_slots = 0
-            header = self._marker_header or header  # (DTX only: otherwise every packet has M)
-        self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
-
     def _emit(
         self, payload: bytes, owner: FrameOwner | None, index: int, slot: int, now: float,
         ntp: int, ast: int, ast_bytes: bytes, header: RtpHeaderTemplate,
@@ -321,16 +350,17 @@ class BatchStream:
             payload, is_red = red.wrap(payload, timestamp, now)
         if is_red:
             header = self._red_header or header
-        sender = self._sender
-        assert sender is not None
-        aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
         drop = self.sink.drop_first_tx
         compiled = self._compiled
+        # the compiled path keeps aiortc's SR counters itself, on success
         if compiled is None or drop is not None or not compiled(
-            header.second_byte, seq, timestamp, ast, payload
+            header.second_byte, seq, timestamp, ast, ntp, payload
         ):
             # the Python path (also for the tests' first-transmission filter, which needs the
             # packet's bytes, and whenever the compiled path could not stage it)
+            sender = self._sender
+            assert sender is not None
+            aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
             data = header.build(seq, timestamp, ast_bytes, payload)
             if drop is None or not drop(data):
                 self._transmit(data, sender)

@@ -11,8 +11,9 @@ sent between utterances, the send counters and the test-only loss of first trans
 - (tests only) ``PassthroughOpusTrack`` (tests/aiortc_track.py): aiortc's own send loop pulls
   ``av.Packet`` objects from the sink through a custom track.
 
-Each releases a slot with ``take_slot`` (the same function), records what it sent in the same
-store and answers NACKs through the same ``Retransmitter``.
+Each releases a slot with ``take_slot``'s accounting (the batch path inlines it in its tick,
+after one ``PacingClock.release_due`` for every due slot: calls per packet are its cost),
+records what it sent in the same store and answers NACKs through the same ``Retransmitter``.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class RtpSink:
         self.ticker = ticker
         if pacer is None:
             assert ticker is not None, "a sink needs a ticker or its own pacer"
-            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.now, align=ticker.align)
+            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.clock, align=ticker.align)
         self.pacer = pacer
         self.stats = SendStats()
         self.drop_first_tx: Callable[[bytes], bool] | None = None

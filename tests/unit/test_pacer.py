@@ -69,3 +69,29 @@ async def test_small_lateness_catches_up_without_rebase():
 def test_period_must_be_positive():
     with pytest.raises(ValueError):
         PacingClock(period=0)
+
+
+@pytest.mark.parametrize("gaps", [
+    [0.02] * 20,  # on time
+    [0.02, 0.045, 0.001, 0.02, 0.07, 0.0, 0.02],  # late ticks: catch-up bursts
+    [0.02, 0.5, 0.02, 0.02, 0.3, 0.001, 0.02],  # stalls: re-anchored
+])
+def test_release_due_releases_what_a_release_loop_would(gaps):
+    """The batch path's one call per tick (``release_due``) against the loop it replaces
+    (``time_to_next`` + ``release`` per slot): the same slots, the same next deadline, the same
+    statistics, on and off the grid."""
+    align = lambda t: round(t / 0.0025 + 0.4999) * 0.0025  # noqa: E731
+    for grid in (None, align):
+        a_time, b_time = FakeTime(), FakeTime()
+        a = PacingClock(period=0.02, clock=a_time.clock, align=grid)
+        b = PacingClock(period=0.02, clock=b_time.clock, align=grid)
+        for gap in gaps:
+            a_time.now += gap
+            b_time.now += gap
+            looped = []
+            while b.time_to_next(b_time.now) <= 0.0005 and len(looped) < 5:
+                looped.append(b.release(b_time.now))
+            slots, due = a.release_due(a_time.now, 5)
+            assert list(slots) == looped
+            assert due == b.deadline()
+            assert a.stats == b.stats

@@ -188,3 +188,115 @@ def test_two_utterances_share_one_timer_and_keep_their_order() -> None:
     clock.run_until(t0 + 3)
     assert [w for _, w, _ in events] == ["a1", "a2", "b1", "b2"]
     assert len(wakes) <= 4 + 2 * (round(DELAY_S / MIN_WAIT_S) + 3)  # not one per frame (40)
+
+
+def test_no_word_listener_no_wake_up_and_a_late_listener_gets_the_words_from_then_on() -> None:
+    clock = Clock()
+    listening = [False]
+    events: list[tuple[str, str, float]] = []
+    wakes: list[float] = []
+
+    def schedule(when: float, callback: Callable[[], None]) -> None:
+        wakes.append(when)
+        clock.schedule(when, callback)
+
+    words = WordEvents(lambda u, w: events.append((u.id, w.word, clock.t)),
+                       lambda u, now: played_ms(u.primary, DELAY_S, now),
+                       clock=lambda: clock.t, schedule=schedule, wanted=lambda: listening[0])
+    u = playing([("one", 0, 200), ("two", 300, 500), ("three", 600, 900)], 50)
+    t0 = clock.t
+    send_paced(u, t0, 50)
+    words.follow(u)
+    clock.run_until(t0 + DELAY_S + 0.45)  # "one" and "two" heard, by nobody
+    assert wakes == [] and events == [] and words.following == 1  # no work at all
+    listening[0] = True
+    words.resume()
+    clock.run_until(t0 + 2.0)
+    assert [w for _, w, _ in events] == ["three"]  # not the two heard before the listener came
+    assert words.following == 0
+
+
+def test_the_last_listener_leaving_stops_the_wake_ups() -> None:
+    clock = Clock()
+    listening = [True]
+    wakes: list[float] = []
+
+    def schedule(when: float, callback: Callable[[], None]) -> None:
+        wakes.append(when)
+        clock.schedule(when, callback)
+
+    words = WordEvents(lambda u, w: None, lambda u, now: played_ms(u.primary, DELAY_S, now),
+                       clock=lambda: clock.t, schedule=schedule, wanted=lambda: listening[0])
+    u = playing([("one", 0, 200), ("two", 1300, 1500)], 100)
+    send_paced(u, clock.t, 100)
+    words.follow(u)
+    clock.run_until(clock.t + 0.2)
+    listening[0] = False
+    clock.run_until(clock.t + 0.1)
+    armed = len(wakes)
+    clock.run_until(clock.t + 3.0)
+    assert len(wakes) == armed and not clock.timers  # nothing re-armed while nobody listens
+
+
+def test_the_event_bus_says_who_wants_words_and_spares_the_others() -> None:
+    from gateway.conversation.events import EventBus
+
+    bus = EventBus()
+    told: list[str] = []
+    bus.on_words_wanted = lambda: told.append("wanted")
+    plain: list[str] = []
+    bus.on_event(lambda e: plain.append(e.type), words=False)
+    assert not bus.wants_words and told == []
+    bus.publish("word", word="x")
+    bus.publish("utterance", id="u", state="playing")
+    assert plain == ["utterance"]  # a words=False listener is never handed a word
+    sub = bus.subscribe()
+    assert bus.wants_words and told == ["wanted"]
+    sub.close()
+    assert not bus.wants_words
+    wordy: list[str] = []
+    bus.on_event(lambda e: wordy.append(e.type))
+    assert bus.wants_words and told == ["wanted", "wanted"]
+    bus.publish("word", word="y")
+    assert wordy == ["word"]
+
+
+async def test_one_ticker_callback_runs_every_conversation_due_on_a_tick() -> None:
+    import asyncio
+
+    from gateway.conversation.words import word_pass
+    from gateway.media.ticker import Ticker
+
+    ticker = Ticker(0.0025, loop=asyncio.get_running_loop())
+    pass_ = word_pass(ticker)
+    fired: list[int] = []
+
+    class Words:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def _fire(self, generation: int) -> None:
+            fired.append(self.n)
+
+    when = ticker.now() + 0.01
+    for n in range(50):
+        pass_.schedule(when, Words(n), 0)  # type: ignore[arg-type]
+    assert ticker.waiting == 1 and pass_.waiting == 50  # one ticker entry for all of them
+    await asyncio.sleep(0.03)
+    assert fired == list(range(50)) and pass_.runs == 1 and pass_.passes == 50
+    assert word_pass(ticker) is pass_
+
+
+def test_a_conversation_follows_the_bus_put_in_its_place() -> None:
+    from gateway.conversation.conversation import Conversation
+    from gateway.conversation.events import EventBus
+    from gateway.media.opus_codec import EncoderSettings
+
+    conversation = Conversation(EncoderSettings())
+    first = conversation.events
+    assert not first.wants_words and not conversation._wants_words()
+    bus = EventBus()
+    conversation.events = bus
+    assert first.on_words_wanted is None and bus.on_words_wanted == conversation.words.resume
+    bus.subscribe()
+    assert conversation._wants_words()
