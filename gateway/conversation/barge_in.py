@@ -9,9 +9,13 @@ while paused confirms the barge-in (the duplex loop cuts the reply); ``resume_ms
 voice resumes it (a cough, a "hm", the echo), and so does ``max_pause_ms`` unconfirmed. An
 unconfirmed pause on a quiet burst (its loudest frame at most ``LEARN_CAP_DBFS``: the reply's
 echo, not a cough) teaches the gate the echo's level -- from then on a burst counts only frames
-``ECHO_MARGIN_DB`` louder -- and doubles the burst the next pause needs (up to
-``MAX_BACKOFF``, until the reply ends), so an echo with no canceller costs a few short pauses
-per reply, not one per word. Words heard
+``ECHO_MARGIN_DB`` louder. The first such lesson of a reply only teaches the level: the level
+alone keeps the echo out, and a gate that also backed off would make the user's real barge-in
+later in the same reply wait twice the burst. A second echo pause in the same reply (the level
+learnt too low) doubles the burst the next pause needs (up to ``MAX_BACKOFF``, until the reply
+ends), so an echo with no canceller costs a few short pauses per reply, not one per word
+(``backoff_on_first_lesson``: back off on the first lesson too, as before 2026-12-02). Words
+heard
 (``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex loop.
 
 ``words_heard``: a transcript counts when at least half its words are neither fillers nor the
@@ -63,6 +67,8 @@ class PauseGate:
     resume_ms: float = 240.0
     max_pause_ms: float = 1500.0
     frame_ms: float = 20.0
+    #: also back off on a reply's first echo lesson (the rule before 2026-12-02)
+    backoff_on_first_lesson: bool = False
     paused_at: float | None = None  # stream seconds
     pauses: int = 0
     resumes: int = 0
@@ -74,6 +80,7 @@ class PauseGate:
         self._heard = 0.0  # voiced ms while paused, after the grace
         self._quiet = 0.0  # unvoiced ms in a row while paused, after the grace
         self._backoff = 1
+        self._lessons = 0  # echo levels learnt during this reply
         #: stream seconds of the current burst's first voiced frame (the onset it pauses on)
         self.burst_from: float | None = None
         self.echo_dbfs = float("-inf")  # frames this loud or quieter may be the reply's echo
@@ -92,7 +99,7 @@ class PauseGate:
                  level_dbfs: float = 0.0) -> GateAction | None:
         """After each frame heard (``level_dbfs``: its RMS): what to do with the playout."""
         if not audible:
-            self._backoff = 1  # the next reply starts afresh
+            self._backoff, self._lessons = 1, 0  # the next reply starts afresh
         if self.paused_at is not None:
             if not audible:
                 return self._resume()
@@ -132,7 +139,9 @@ class PauseGate:
     def _resume(self) -> GateAction:
         if self._burst_peak <= LEARN_CAP_DBFS:  # quiet enough to be the echo
             self.echo_dbfs = max(self.echo_dbfs, self._burst_peak)
-            self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+            if self._lessons or self.backoff_on_first_lesson:
+                self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+            self._lessons += 1
         self.paused_at = None
         self._burst = self._gap = 0.0
         self.resumes += 1
