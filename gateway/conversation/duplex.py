@@ -193,11 +193,13 @@ class Duplex:
         max_turns_kept: int = 32,
         preempt: bool = True,
         pause_ms: int = 100,
+        backoff_on_first_echo: bool = False,
     ) -> None:
         self.conversation = conversation
         self._level_dbfs = -120.0  # the last frame heard (RMS), for the pause gate
         self._pausing = pause_ms > 0  # 0: the old rule, the barge-in minimum cuts at once
-        self._gate = PauseGate(pause_ms=pause_ms or 100)
+        self._gate = PauseGate(pause_ms=pause_ms or 100,
+                               backoff_on_first_lesson=backoff_on_first_echo)
         self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
         #: the last pause: (the user's first voiced frame, when the playout was held)
         self.last_pause: tuple[float, float] | None = None
@@ -555,9 +557,17 @@ class HearingOptions:
     #: "smart-turn": the turn model judges each pause (listen/turn_model.py); "silence":
     #: turn_silence_ms alone
     turn_detector: str = "silence"
+    #: smart-turn: the pause after which the model is asked about the turn
+    turn_probe_ms: int = default_of(SemanticOptions, "probe_ms")
+    #: smart-turn: the pause that ends a turn the model calls unfinished whose transcript is a
+    #: question
+    turn_question_silence_ms: int = default_of(SemanticOptions, "question_silence_ms")
     barge_in_ms: int = default_of(TurnOptions, "barge_in_ms")
     #: voice over a reply this long pauses it (until confirmed as a barge-in, or resumed)
     barge_in_pause_ms: int = 100
+    #: a reply's first echo pause also doubles the burst later pauses need (the rule before
+    #: 2026-12-02; now the first one only learns the echo's level: conversation/barge_in.py)
+    barge_in_backoff_on_first_echo: bool = False
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
     #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
@@ -569,6 +579,12 @@ class HearingOptions:
         if self.turn_detector not in TURN_DETECTORS:
             raise ValueError(f"unknown turn detector {self.turn_detector!r}: use "
                              f"{' or '.join(TURN_DETECTORS)}")
+        self.semantic_options()  # refused now, not at the first session
+
+    def semantic_options(self) -> SemanticOptions:
+        """The smart-turn detector's waits (the Realtime API's semantic_vad has its own)."""
+        return SemanticOptions(probe_ms=self.turn_probe_ms,
+                               question_silence_ms=self.turn_question_silence_ms)
 
 
 TURN_DETECTORS = ("smart-turn", "silence")
@@ -612,8 +628,10 @@ class DuplexFactory:
                             speculate_ms=self.options.asr_speculate_ms or None)
         duplex = Duplex(conversation, listener, self.agent, self.voice,
                         preempt=self.options.preemptive_reply,
-                        pause_ms=self.options.barge_in_pause_ms)
-        duplex.set_turn_detector(turn_detector or self.options.turn_detector)
+                        pause_ms=self.options.barge_in_pause_ms,
+                        backoff_on_first_echo=self.options.barge_in_backoff_on_first_echo)
+        duplex.set_turn_detector(turn_detector or self.options.turn_detector,
+                                 self.options.semantic_options())
         return duplex
 
     async def close(self) -> None:
