@@ -145,7 +145,7 @@ def summarise(cases: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return summary
 
 
-async def main_async(quick: bool, gates: list[str]) -> dict[str, Any]:
+async def main_async(replies: list[str], gates: list[str]) -> dict[str, Any]:
     from gateway.tts.piper_voice import PiperSynthesizer
 
     load_start = [round(v, 2) for v in os.getloadavg()]
@@ -157,7 +157,6 @@ async def main_async(quick: bool, gates: list[str]) -> dict[str, Any]:
     users = {"echo": None, "cough": noise(0.15, level=0.3, rate=RATE),
              "hm": trim(piper_24k(voice, "Hmm.")),
              "barge-in": trim(speak("Wait, stop, I have a question", rate=RATE))}
-    replies = REPLIES[:3] if quick else REPLIES
     cases: dict[str, dict[str, list[dict[str, Any]]]] = {
         gate: {name: [] for name in users} for gate in gates}
     for reply in replies:  # the gates interleaved, so both see the same machine
@@ -178,6 +177,8 @@ async def main_async(quick: bool, gates: list[str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 replies, not 6")
+    parser.add_argument("--replies", default="",
+                        help="which replies, comma-separated indices 0-5 (a long run in parts)")
     parser.add_argument("--gates", default="new,old",
                         help="pause gates, interleaved: new (the first echo lesson only learns "
                         "the level) and/or old (it backs off too: before 2026-12-02)")
@@ -185,7 +186,10 @@ def main() -> None:
     gates = [g for g in args.gates.split(",") if g]
     if unknown := set(gates) - set(GATES):
         parser.error(f"unknown gates {sorted(unknown)}: use {', '.join(GATES)}")
-    data = asyncio.run(main_async(args.quick, gates))
+    replies = REPLIES[:3] if args.quick else REPLIES
+    if args.replies:
+        replies = [REPLIES[int(i)] for i in args.replies.split(",")]
+    data = asyncio.run(main_async(replies, gates))
     path = write_results("barge_in", data)
     print(f"target: {data['target']}; floor: {data['floor_ms']}")
     print(f"load average {data['load_average_start']} (end {data['load_average_end']})")
