@@ -15,8 +15,11 @@ later in the same reply wait twice the burst. A second echo pause in the same re
 learnt too low) doubles the burst the next pause needs (up to ``MAX_BACKOFF``, until the reply
 ends), so an echo with no canceller costs a few short pauses per reply, not one per word
 (``backoff_on_first_lesson``: back off on the first lesson too, as before 2026-12-02). Words
-heard
-(``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex loop.
+heard (``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex
+loop -- only in a turn with voice while paused (``voiced_while_paused_ms``): with no canceller
+the overlapping turn holds the reply's echo, which Whisper sometimes mishears as other words
+("the one other end" for "The weather in London"), so words alone, over a pause the echo or
+a cough caused, are not the user's.
 
 ``words_heard``: a transcript counts when at least half its words are neither fillers nor the
 reply's own words (an echo transcribes as the reply, give or take Whisper's mistakes).
@@ -89,6 +92,12 @@ class PauseGate:
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def voiced_while_paused_ms(self) -> float:
+        """Voice heard during the current pause after its grace (0 when not paused): the
+        reply's echo stops with the pause, so this is someone else's."""
+        return self._heard if self.paused_at is not None else 0.0
 
     @property
     def needed_ms(self) -> float:

@@ -201,6 +201,9 @@ class Duplex:
         self._gate = PauseGate(pause_ms=pause_ms or 100,
                                backoff_on_first_lesson=backoff_on_first_echo)
         self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
+        #: overlapping turns with voice while the reply was paused (after the gate's grace):
+        #: only their words confirm a barge-in (the echo stops with the pause, the user not)
+        self._voiced_over: set[int] = set()
         #: the last pause: (the user's first voiced frame, when the playout was held)
         self.last_pause: tuple[float, float] | None = None
         self.preempt = preempt
@@ -250,6 +253,7 @@ class Duplex:
             for event in self.listener.push(frame):
                 if isinstance(event, SpeechStarted) and self.speaking:
                     self._overlap.add(self.listener.turn)
+                    self._voiced_over &= self._overlap  # bounded by the turns in overlap
                 elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
                     self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                     self.barge_in()
@@ -262,6 +266,8 @@ class Duplex:
         detector = self.listener.detector
         action = self._gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
                                      now=detector.now, level_dbfs=self._level_dbfs)
+        if self._gate.voiced_while_paused_ms > 0 and self.listener.turn in self._overlap:
+            self._voiced_over.add(self.listener.turn)
         if action == "cut":
             started = detector.started_at if detector.started_at is not None else (
                 detector.time(detector.onset or 0))
@@ -368,8 +374,8 @@ class Duplex:
                     duration_ms=round((event.at - event.started_at) * 1000))
         elif isinstance(event, PartialTranscript):
             publish("transcript", text=event.text, final=False, turn=event.turn)
-            if event.turn in self._overlap and self.speaking and _speech(event.transcript) \
-                    and words_heard(event.text, self._reply_text()):
+            if event.turn in self._overlap and self.speaking \
+                    and self._words_confirm(event.turn, event.text, event.transcript):
                 self.barge_in()  # words over the reply: no need to wait for the minimum
         elif isinstance(event, TentativeTranscript):
             if self.preempt and event.text.strip() and event.turn not in self._overlap:
@@ -378,7 +384,7 @@ class Duplex:
             turn = self._turn(event.turn)
             if event.turn in self._overlap:
                 self._overlap.discard(event.turn)
-                if not (_speech(event.transcript) and words_heard(event.text, self._reply_text())):
+                if not self._words_confirm(event.turn, event.text, event.transcript):
                     # a "hm", a cough, the reply's own echo: heard, not answered
                     publish("transcript", text=event.text, final=True, turn=event.turn,
                             overlap=True)
@@ -407,6 +413,14 @@ class Duplex:
             publish("transcript", text="", final=True, turn=event.turn, skipped=True)
         elif isinstance(event, TranscriptionFailed):
             publish("error", code="asr_failed", message=str(event.error), turn=event.turn)
+
+    def _words_confirm(self, turn: int, text: str, transcript: Transcript) -> bool:
+        """A transcript of an overlapping turn says the user talked over the reply: speech,
+        the user's own words (not the reply's echo, not fillers) and, with the pause gate,
+        voice heard while the reply was paused (conversation/barge_in.py)."""
+        if not (_speech(transcript) and words_heard(text, self._reply_text())):
+            return False
+        return not self._pausing or turn in self._voiced_over
 
     def _turn(self, number: int | None = None) -> Turn | None:
         number = self.listener.turn if number is None else number

@@ -220,6 +220,26 @@ async def test_a_hm_or_the_echo_over_the_reply_is_not_answered_and_words_cut_it(
     await rig.close()
 
 
+async def test_words_over_a_pause_with_no_voice_while_paused_do_not_cut():
+    # an echo Whisper misheard as other words, over a pause the echo (or a cough) caused: the
+    # voice ended within the pause's grace, so the words are not the user's
+    rig = Rig()
+    rig.duplex._gate.grace_ms = 300  # the 260 ms burst ends inside the grace
+    turn = await rig.reply()
+    rig.play(10)
+    rig.recognizer.text = "the one other end"
+    await rig.hear(260, loud=True)
+    assert rig.conversation.paused
+    await rig.hear(700, loud=False)
+    await settle()
+    await asyncio.sleep(0.05)
+    await settle()
+    assert rig.agent.calls == [] and turn.utterances[0].state is UtteranceState.PLAYING
+    assert any(t["text"] == "the one other end" and t.get("overlap")
+               for t in rig.of("transcript"))
+    await rig.close()
+
+
 def run(gate: PauseGate, pattern: str, start: float = 0.0, audible: bool = True,
         level: float = -20.0):
     """Frames: 'v' voiced, '.' not; the actions taken, by frame index."""
