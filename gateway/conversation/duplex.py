@@ -266,7 +266,8 @@ class Duplex:
         detector = self.listener.detector
         action = self._gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
                                      now=detector.now, level_dbfs=self._level_dbfs)
-        if self._gate.voiced_while_paused_ms > 0 and self.listener.turn in self._overlap:
+        if self._gate.voiced_while_paused_ms >= WORDS_NEED_VOICE_MS \
+                and self.listener.turn in self._overlap:
             self._voiced_over.add(self.listener.turn)
         if action == "cut":
             started = detector.started_at if detector.started_at is not None else (
@@ -556,6 +557,11 @@ def close_turn_models() -> None:
         if close is not None:
             close()
 
+
+#: voice while paused (after the gate's grace) that lets an overlapping turn's words confirm a
+#: barge-in: the echo's tail (its path, the VAD's window and hangover) can outlast the grace by
+#: a frame or two
+WORDS_NEED_VOICE_MS = 60.0
 
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
 
