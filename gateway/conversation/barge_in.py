@@ -87,6 +87,9 @@ class PauseGate:
         #: stream seconds of the current burst's first voiced frame (the onset it pauses on)
         self.burst_from: float | None = None
         self.echo_dbfs = float("-inf")  # frames this loud or quieter may be the reply's echo
+        #: the last resume ended a pause on a burst quiet enough to be the echo (its voice
+        #: while paused was the echo's tail, not the user)
+        self.resumed_on_echo = False
         self._burst_peak = float("-inf")
 
     @property
@@ -146,7 +149,8 @@ class PauseGate:
         return None
 
     def _resume(self) -> GateAction:
-        if self._burst_peak <= LEARN_CAP_DBFS:  # quiet enough to be the echo
+        self.resumed_on_echo = self._burst_peak <= LEARN_CAP_DBFS
+        if self.resumed_on_echo:  # quiet enough to be the echo
             self.echo_dbfs = max(self.echo_dbfs, self._burst_peak)
             if self._lessons or self.backoff_on_first_lesson:
                 self._backoff = min(MAX_BACKOFF, self._backoff * 2)

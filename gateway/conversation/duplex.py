@@ -280,6 +280,8 @@ class Duplex:
             self.last_pause = (self._mono(onset), time.monotonic())
             self.events.publish("reply_paused", turn=self.listener.turn)
         elif action == "resume":
+            if self._gate.resumed_on_echo:  # what it heard while paused was the echo's tail
+                self._voiced_over.discard(self.listener.turn)
             self.conversation.resume()
             self.events.publish("reply_resumed", turn=self.listener.turn)
 
