@@ -269,6 +269,7 @@ def test_the_gate_resumes_when_the_voice_stops_with_the_reply_and_backs_off():
     # an echo: it stops with the pause (within the grace); 8 quiet frames resume
     assert run(gate, "vvvvv" + "vv.." + "........", level=-45) == {4: "pause", 16: "resume"}
     assert gate.needed_ms == 100  # the first lesson only learns the echo's level
+    assert gate.resumed_on_echo  # (its voice while paused was the echo's tail)
     # the echo again, louder than learnt: a second lesson backs the gate off
     assert run(gate, "vvvvv", start=1.0, level=-38) == {4: "pause"}
     assert run(gate, "........", start=2.0) == {7: "resume"}
@@ -278,7 +279,7 @@ def test_the_gate_resumes_when_the_voice_stops_with_the_reply_and_backs_off():
     assert gate.needed_ms == 400 and (gate.pauses, gate.resumes) == (3, 3)
     cough = PauseGate(confirm_ms=120, resume_ms=160)  # loud and short: no backoff
     assert run(cough, "vvvvv" + "...." + "........", level=-10) == {4: "pause", 16: "resume"}
-    assert cough.needed_ms == 100
+    assert cough.needed_ms == 100 and not cough.resumed_on_echo
     assert run(gate, "vvvvv", start=5.0, audible=False) == {}  # nothing playing
     assert gate.needed_ms == 100  # ... and the next reply starts afresh
     long = PauseGate(confirm_ms=120, resume_ms=160, max_pause_ms=300)
