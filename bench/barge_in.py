@@ -9,7 +9,9 @@ Reported: pauses and cuts per case -- a pause or cut on the echo, cough or "hm" 
 the barge-ins, speech onset -> audio paused and onset -> cut (stream time: the slot the hold
 took effect in), against the 250 ms target. The floor beside it: the pause minimum
 (``barge_in_pause_ms``, 100 ms of voice) plus the VAD's 32 ms window.
-``python -m bench.barge_in [--quick]``; JSON in bench/results/barge_in.json.
+``--gates new,old`` (the default) runs the pause gate as it is and as it was before 2026-12-02
+(a reply's first echo pause backed the gate off too), interleaved run by run.
+``python -m bench.barge_in [--quick] [--gates new,old]``; JSON in bench/results/barge_in.json.
 """
 
 from __future__ import annotations
@@ -53,20 +55,21 @@ TARGET_MS = 250
 
 
 def piper_24k(voice: Any, text: str) -> np.ndarray:
-    pcm = voice._render(text)
+    pcm, _words = voice._render(text)  # (PCM, word timings)
     out = soxr.resample(pcm.astype(np.float32) / 32768, voice.sample_rate, RATE)
     return np.clip(np.round(out * 32767), -32768, 32767).astype(np.int16)
 
 
-async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: Any
-                   ) -> dict[str, Any]:
+async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: Any,
+                   backoff_on_first_echo: bool = False) -> dict[str, Any]:
     conversation = Conversation(EncoderSettings(), encode=False)  # 24 kHz PCM frames
     queue = FrameQueue(50)
     conversation.attach_sink("rtp", queue, SinkPolicy.BLOCK)
     turns = TurnOptions(stop_ms=500, barge_in_ms=300, post_speech_ms=100)
     listener = Listener(recognizer, vad=build_vad("silero"), turns=turns, partials=True,
                         speculate_ms=100)
-    duplex = Duplex(conversation, listener, EchoAgent(), voice, pause_ms=100)
+    duplex = Duplex(conversation, listener, EchoAgent(), voice, pause_ms=100,
+                    backoff_on_first_echo=backoff_on_first_echo)
     duplex.start()
     turn = Turn(1, 0.0, text="tell me")
     duplex.turns.append(turn)
@@ -123,7 +126,26 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
             "heard_text": turn.heard_text, "frames_sent": sent}
 
 
-async def main_async(quick: bool) -> dict[str, Any]:
+GATES = {"new": False, "old": True}  # name -> backoff_on_first_echo (old: before 2026-12-02)
+
+
+def summarise(cases: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name, runs in cases.items():
+        row: dict[str, Any] = {"runs": len(runs), "paused": sum(r["pauses"] > 0 for r in runs),
+                               "pauses": sum(r["pauses"] for r in runs),
+                               "cut": sum(r["cut"] for r in runs)}
+        if name == "barge-in":
+            for key in ("onset_to_pause_ms", "onset_to_cut_ms"):
+                values = [r[key] for r in runs if r[key] is not None]
+                row[key] = {"median": statistics.median(values) if values else None,
+                            "p90": pct(values, 90), "max": max(values) if values else None,
+                            "n": len(values)}
+        summary[name] = row
+    return summary
+
+
+async def main_async(replies: list[str], gates: list[str]) -> dict[str, Any]:
     from gateway.tts.piper_voice import PiperSynthesizer
 
     load_start = [round(v, 2) for v in os.getloadavg()]
@@ -135,23 +157,15 @@ async def main_async(quick: bool) -> dict[str, Any]:
     users = {"echo": None, "cough": noise(0.15, level=0.3, rate=RATE),
              "hm": trim(piper_24k(voice, "Hmm.")),
              "barge-in": trim(speak("Wait, stop, I have a question", rate=RATE))}
-    replies = REPLIES[:3] if quick else REPLIES
-    cases: dict[str, list[dict[str, Any]]] = {name: [] for name in users}
-    for reply in replies:
+    cases: dict[str, dict[str, list[dict[str, Any]]]] = {
+        gate: {name: [] for name in users} for gate in gates}
+    for reply in replies:  # the gates interleaved, so both see the same machine
         for name, user in users.items():
-            cases[name].append(await run_case(reply, user, recognizer, voice))
+            for gate in gates:
+                cases[gate][name].append(await run_case(reply, user, recognizer, voice,
+                                                        GATES[gate]))
     await recognizer.close()
-    summary: dict[str, Any] = {}
-    for name, runs in cases.items():
-        row: dict[str, Any] = {"runs": len(runs), "paused": sum(r["pauses"] > 0 for r in runs),
-                               "pauses": sum(r["pauses"] for r in runs),
-                               "cut": sum(r["cut"] for r in runs)}
-        if name == "barge-in":
-            for key in ("onset_to_pause_ms", "onset_to_cut_ms"):
-                values = [r[key] for r in runs if r[key] is not None]
-                row[key] = {"median": statistics.median(values) if values else None,
-                            "p90": pct(values, 90), "n": len(values)}
-        summary[name] = row
+    summary = {gate: summarise(runs) for gate, runs in cases.items()}
     return {"target": f"barge-in onset -> paused median <= {TARGET_MS} ms; false cuts on "
                       "echo/cough/hm: 0",
             "floor_ms": "pause minimum 100 ms of voice + the VAD's 32 ms window",
@@ -163,19 +177,33 @@ async def main_async(quick: bool) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 replies, not 6")
-    data = asyncio.run(main_async(parser.parse_args().quick))
+    parser.add_argument("--replies", default="",
+                        help="which replies, comma-separated indices 0-5 (a long run in parts)")
+    parser.add_argument("--gates", default="new,old",
+                        help="pause gates, interleaved: new (the first echo lesson only learns "
+                        "the level) and/or old (it backs off too: before 2026-12-02)")
+    args = parser.parse_args()
+    gates = [g for g in args.gates.split(",") if g]
+    if unknown := set(gates) - set(GATES):
+        parser.error(f"unknown gates {sorted(unknown)}: use {', '.join(GATES)}")
+    replies = REPLIES[:3] if args.quick else REPLIES
+    if args.replies:
+        replies = [REPLIES[int(i)] for i in args.replies.split(",")]
+    data = asyncio.run(main_async(replies, gates))
     path = write_results("barge_in", data)
     print(f"target: {data['target']}; floor: {data['floor_ms']}")
     print(f"load average {data['load_average_start']} (end {data['load_average_end']})")
-    print(f"{'case':<9} {'runs':>4} {'paused':>6} {'pauses':>6} {'cut':>4}  onset->pause  "
-          f"onset->cut")
-    for name, row in data["summary"].items():
-        extra = ""
-        if name == "barge-in":
-            p, c = row["onset_to_pause_ms"], row["onset_to_cut_ms"]
-            extra = f"  med {p['median']} p90 {p['p90']}  med {c['median']} p90 {c['p90']}"
-        print(f"{name:<9} {row['runs']:>4} {row['paused']:>6} {row['pauses']:>6} "
-              f"{row['cut']:>4}{extra}")
+    print(f"{'gate':<4} {'case':<9} {'runs':>4} {'paused':>6} {'pauses':>6} {'cut':>4}  "
+          f"onset->pause  onset->cut")
+    for gate, summary in data["summary"].items():
+        for name, row in summary.items():
+            extra = ""
+            if name == "barge-in":
+                p, c = row["onset_to_pause_ms"], row["onset_to_cut_ms"]
+                extra = (f"  med {p['median']} p90 {p['p90']} max {p['max']}  "
+                         f"med {c['median']} p90 {c['p90']}")
+            print(f"{gate:<4} {name:<9} {row['runs']:>4} {row['paused']:>6} {row['pauses']:>6} "
+                  f"{row['cut']:>4}{extra}")
     print(f"results: {path}")
 
 

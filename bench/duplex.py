@@ -91,6 +91,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # the two end-of-turn detectors, named so (whichever is the gateway's default)
     "echo": {"agent": "echo", "extra": ["--turn-detector", "silence"]},
     "echo-smart": {"agent": "echo", "extra": ["--turn-detector", "smart-turn"]},
+    # smart-turn as before 2026-12-02: the model asked at 100 ms of silence, an unsure question
+    # waiting the unsure 500 ms
+    "echo-smart-old": {"agent": "echo",
+                       "extra": ["--turn-detector", "smart-turn", "--turn-probe-ms", "100",
+                                 "--turn-question-silence-ms", "500"]},
     "chat": {"agent": "chat", "extra": []},
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
     # what the speculative final decode buys: the final decoded only once the turn has ended

@@ -14,14 +14,15 @@ loop's settings (session/duplex.py: speculation after 100 ms, 100 ms post-speech
 - end of speech -> final transcript: the same to the final transcript (wall clock).
 
 Beside them, measured in the same run: the turn model's own inference time (its floor) and the
-Whisper decode time. ``python -m bench.turns [--quick] [--voices espeak,piper]``; JSON in
-bench/results/turns.json.
+Whisper decode time. ``python -m bench.turns [--quick] [--voices espeak,piper] [--variants
+500:0.5,probe_ms=100:question_silence_ms=500]``; JSON in bench/results/turns.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import statistics
 import time
@@ -186,6 +187,33 @@ def summarise(items: list[Item], outcomes: list[Outcome]) -> dict[str, Any]:
     }
 
 
+def parse_variant(variant: str) -> tuple[str, SemanticOptions]:
+    """``UNSURE_MS[:THRESHOLD]`` (the older form) or ``FIELD=VALUE[:FIELD=VALUE...]`` of
+    ``SemanticOptions`` (e.g. ``probe_ms=100:question_silence_ms=500``: the settings before
+    2026-12-02); the rest at their defaults. Its name: ``smart-turn`` for the defaults."""
+    default = SemanticOptions()
+    if "=" in variant:
+        fields = {f.name: f for f in dataclasses.fields(SemanticOptions)}
+        changes: dict[str, Any] = {}
+        for part in variant.split(":"):
+            key, _, value = part.partition("=")
+            if key not in fields:
+                raise SystemExit(f"unknown SemanticOptions field {key!r} in {variant!r}")
+            kind = type(getattr(default, key))
+            changes[key] = value.lower() in ("1", "true", "yes") if kind is bool else kind(value)
+        options = dataclasses.replace(default, **changes)
+    else:
+        unsure, _, threshold = variant.partition(":")
+        options = SemanticOptions(unsure_silence_ms=int(unsure),
+                                  threshold=float(threshold or default.threshold))
+    if options == default:
+        return "smart-turn", options
+    changed = [f"{f.name.replace('_silence_ms', '').replace('_ms', '')}{getattr(options, f.name):g}"
+               for f in dataclasses.fields(SemanticOptions)
+               if getattr(options, f.name) != getattr(default, f.name)]
+    return "smart-" + "-".join(changed), options
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     load_start = [round(v, 2) for v in os.getloadavg()]
     voices = args.voices.split(",")
@@ -208,13 +236,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         floor.append((time.perf_counter() - started) * 1000)
     results: dict[str, Any] = {}
     detectors: dict[str, SemanticOptions | None] = {"silence": None}
-    default = SemanticOptions()
     for variant in args.variants.split(","):
-        unsure, _, threshold = variant.partition(":")
-        options = SemanticOptions(unsure_silence_ms=int(unsure),
-                                  threshold=float(threshold or default.threshold))
-        name = "smart-turn" if options == default else \
-            f"smart-u{options.unsure_silence_ms}-p{options.threshold:g}"
+        name, options = parse_variant(variant)
         detectors[name] = options
     for detector, semantic in detectors.items():
         outcomes = []
@@ -244,11 +267,11 @@ def table(data: dict[str, Any]) -> str:
              f"turn model inference alone: median {data['turn_model_inference_ms']['median']} "
              f"ms (min {data['turn_model_inference_ms']['min']}); load average at start "
              f"{data['load_average_start']} (end {data['load_average_end']})",
-             f"{'detector':<11} {'false ends':>11} {'paused':>7} {'EoS->EoT med':>13} "
+             f"{'detector':<27} {'false ends':>11} {'paused':>7} {'EoS->EoT med':>13} "
              f"{'p90':>5} {'EoS->final med':>15} {'p90':>5}"]
     for name, r in data["detectors"].items():
         eot, fin = r["end_of_speech_to_end_of_turn_ms"], r["end_of_speech_to_final_ms"]
-        lines.append(f"{name:<11} {r['false_ends']:>4}/{r['items']:<6} "
+        lines.append(f"{name:<27} {r['false_ends']:>4}/{r['items']:<6} "
                      f"{r['false_ends_in_paused']:>3}/{r['paused_items']:<3} "
                      f"{eot['median']!s:>13} {eot['p90']!s:>5} {fin['median']!s:>15} "
                      f"{fin['p90']!s:>5}")
@@ -261,9 +284,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="espeak-ng only")
     default = SemanticOptions()
     parser.add_argument("--variants", default=f"{default.unsure_silence_ms}:{default.threshold}",
-                        help="smart-turn variants, comma-separated UNSURE_MS[:THRESHOLD]: the "
-                        "pause that ends a turn the model calls unfinished whose transcript "
-                        "could end there, and P(complete) from which it is finished")
+                        help="smart-turn variants, comma-separated: UNSURE_MS[:THRESHOLD] "
+                        "(the pause that ends a turn the model calls unfinished whose "
+                        "transcript could end there, and P(complete) from which it is "
+                        "finished) or FIELD=VALUE[:FIELD=VALUE...] of SemanticOptions, e.g. "
+                        "probe_ms=100:question_silence_ms=500 (the settings before 2026-12-02)")
     args = parser.parse_args()
     if args.quick:
         args.voices = "espeak"
@@ -272,7 +297,7 @@ def main() -> None:
     print(table(data))
     for name, r in data["detectors"].items():
         for row in r["per_item"]:
-            print(f"  {name:<10} {row['voice']:<6} false_end={row['false_end']!s:<5} "
+            print(f"  {name:<26} {row['voice']:<6} false_end={row['false_end']!s:<5} "
                   f"eot={row['end_of_turn_ms']!s:>5} final={row['final_ms']!s:>5} "
                   f"{row['text']} | P={[v[0] for v in row['verdicts']]} {row['transcripts']}")
     print(f"results: {path}")

@@ -465,7 +465,24 @@ class GatewayConfig:
         choices=("smart-turn", "silence"),
         group=DUPLEX,
     )
+    turn_probe_ms: int = opt(
+        _H("turn_probe_ms"),
+        "smart-turn: the pause after which the model is asked whether the turn is over",
+        group=DUPLEX,
+    )
+    turn_question_silence_ms: int = opt(
+        _H("turn_question_silence_ms"),
+        "smart-turn: the pause that ends a turn the model calls unfinished whose transcript "
+        "is a question (the model hears a question's rise as unfinished)",
+        group=DUPLEX,
+    )
     barge_in_ms: int = opt(_H("barge_in_ms"), "speech over a reply this long cuts it", group=DUPLEX)
+    barge_in_backoff_on_first_echo: bool = opt(
+        _H("barge_in_backoff_on_first_echo"),
+        "a reply's first pause on its own echo also doubles the voice later pauses of that "
+        "reply need (the rule before 2026-12-02); off: it only learns the echo's level",
+        group=DUPLEX,
+    )
     asr_speculate_ms: int = opt(
         _H("asr_speculate_ms"),
         "start the final decode after this much silence, while the "

@@ -9,10 +9,17 @@ while paused confirms the barge-in (the duplex loop cuts the reply); ``resume_ms
 voice resumes it (a cough, a "hm", the echo), and so does ``max_pause_ms`` unconfirmed. An
 unconfirmed pause on a quiet burst (its loudest frame at most ``LEARN_CAP_DBFS``: the reply's
 echo, not a cough) teaches the gate the echo's level -- from then on a burst counts only frames
-``ECHO_MARGIN_DB`` louder -- and doubles the burst the next pause needs (up to
-``MAX_BACKOFF``, until the reply ends), so an echo with no canceller costs a few short pauses
-per reply, not one per word. Words heard
-(``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex loop.
+``ECHO_MARGIN_DB`` louder. The first such lesson of a reply only teaches the level: the level
+alone keeps the echo out, and a gate that also backed off would make the user's real barge-in
+later in the same reply wait twice the burst. A second echo pause in the same reply (the level
+learnt too low) doubles the burst the next pause needs (up to ``MAX_BACKOFF``, until the reply
+ends), so an echo with no canceller costs a few short pauses per reply, not one per word
+(``backoff_on_first_lesson``: back off on the first lesson too, as before 2026-12-02). Words
+heard (``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex
+loop -- only in a turn with voice while paused (``voiced_while_paused_ms``): with no canceller
+the overlapping turn holds the reply's echo, which Whisper sometimes mishears as other words
+("the one other end" for "The weather in London"), so words alone, over a pause the echo or
+a cough caused, are not the user's.
 
 ``words_heard``: a transcript counts when at least half its words are neither fillers nor the
 reply's own words (an echo transcribes as the reply, give or take Whisper's mistakes).
@@ -63,6 +70,8 @@ class PauseGate:
     resume_ms: float = 240.0
     max_pause_ms: float = 1500.0
     frame_ms: float = 20.0
+    #: also back off on a reply's first echo lesson (the rule before 2026-12-02)
+    backoff_on_first_lesson: bool = False
     paused_at: float | None = None  # stream seconds
     pauses: int = 0
     resumes: int = 0
@@ -74,14 +83,24 @@ class PauseGate:
         self._heard = 0.0  # voiced ms while paused, after the grace
         self._quiet = 0.0  # unvoiced ms in a row while paused, after the grace
         self._backoff = 1
+        self._lessons = 0  # echo levels learnt during this reply
         #: stream seconds of the current burst's first voiced frame (the onset it pauses on)
         self.burst_from: float | None = None
         self.echo_dbfs = float("-inf")  # frames this loud or quieter may be the reply's echo
+        #: the last resume ended a pause on a burst quiet enough to be the echo (its voice
+        #: while paused was the echo's tail, not the user)
+        self.resumed_on_echo = False
         self._burst_peak = float("-inf")
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    @property
+    def voiced_while_paused_ms(self) -> float:
+        """Voice heard during the current pause after its grace (0 when not paused): the
+        reply's echo stops with the pause, so this is someone else's."""
+        return self._heard if self.paused_at is not None else 0.0
 
     @property
     def needed_ms(self) -> float:
@@ -92,7 +111,7 @@ class PauseGate:
                  level_dbfs: float = 0.0) -> GateAction | None:
         """After each frame heard (``level_dbfs``: its RMS): what to do with the playout."""
         if not audible:
-            self._backoff = 1  # the next reply starts afresh
+            self._backoff, self._lessons = 1, 0  # the next reply starts afresh
         if self.paused_at is not None:
             if not audible:
                 return self._resume()
@@ -130,9 +149,12 @@ class PauseGate:
         return None
 
     def _resume(self) -> GateAction:
-        if self._burst_peak <= LEARN_CAP_DBFS:  # quiet enough to be the echo
+        self.resumed_on_echo = self._burst_peak <= LEARN_CAP_DBFS
+        if self.resumed_on_echo:  # quiet enough to be the echo
             self.echo_dbfs = max(self.echo_dbfs, self._burst_peak)
-            self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+            if self._lessons or self.backoff_on_first_lesson:
+                self._backoff = min(MAX_BACKOFF, self._backoff * 2)
+            self._lessons += 1
         self.paused_at = None
         self._burst = self._gap = 0.0
         self.resumes += 1

@@ -193,12 +193,17 @@ class Duplex:
         max_turns_kept: int = 32,
         preempt: bool = True,
         pause_ms: int = 100,
+        backoff_on_first_echo: bool = False,
     ) -> None:
         self.conversation = conversation
         self._level_dbfs = -120.0  # the last frame heard (RMS), for the pause gate
         self._pausing = pause_ms > 0  # 0: the old rule, the barge-in minimum cuts at once
-        self._gate = PauseGate(pause_ms=pause_ms or 100)
+        self._gate = PauseGate(pause_ms=pause_ms or 100,
+                               backoff_on_first_lesson=backoff_on_first_echo)
         self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
+        #: overlapping turns with voice while the reply was paused (after the gate's grace):
+        #: only their words confirm a barge-in (the echo stops with the pause, the user not)
+        self._voiced_over: set[int] = set()
         #: the last pause: (the user's first voiced frame, when the playout was held)
         self.last_pause: tuple[float, float] | None = None
         self.preempt = preempt
@@ -248,6 +253,7 @@ class Duplex:
             for event in self.listener.push(frame):
                 if isinstance(event, SpeechStarted) and self.speaking:
                     self._overlap.add(self.listener.turn)
+                    self._voiced_over &= self._overlap  # bounded by the turns in overlap
                 elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
                     self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                     self.barge_in()
@@ -260,6 +266,9 @@ class Duplex:
         detector = self.listener.detector
         action = self._gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
                                      now=detector.now, level_dbfs=self._level_dbfs)
+        if self._gate.voiced_while_paused_ms >= WORDS_NEED_VOICE_MS \
+                and self.listener.turn in self._overlap:
+            self._voiced_over.add(self.listener.turn)
         if action == "cut":
             started = detector.started_at if detector.started_at is not None else (
                 detector.time(detector.onset or 0))
@@ -271,6 +280,8 @@ class Duplex:
             self.last_pause = (self._mono(onset), time.monotonic())
             self.events.publish("reply_paused", turn=self.listener.turn)
         elif action == "resume":
+            if self._gate.resumed_on_echo:  # what it heard while paused was the echo's tail
+                self._voiced_over.discard(self.listener.turn)
             self.conversation.resume()
             self.events.publish("reply_resumed", turn=self.listener.turn)
 
@@ -366,8 +377,8 @@ class Duplex:
                     duration_ms=round((event.at - event.started_at) * 1000))
         elif isinstance(event, PartialTranscript):
             publish("transcript", text=event.text, final=False, turn=event.turn)
-            if event.turn in self._overlap and self.speaking and _speech(event.transcript) \
-                    and words_heard(event.text, self._reply_text()):
+            if event.turn in self._overlap and self.speaking \
+                    and self._words_confirm(event.turn, event.text, event.transcript):
                 self.barge_in()  # words over the reply: no need to wait for the minimum
         elif isinstance(event, TentativeTranscript):
             if self.preempt and event.text.strip() and event.turn not in self._overlap:
@@ -376,7 +387,7 @@ class Duplex:
             turn = self._turn(event.turn)
             if event.turn in self._overlap:
                 self._overlap.discard(event.turn)
-                if not (_speech(event.transcript) and words_heard(event.text, self._reply_text())):
+                if not self._words_confirm(event.turn, event.text, event.transcript):
                     # a "hm", a cough, the reply's own echo: heard, not answered
                     publish("transcript", text=event.text, final=True, turn=event.turn,
                             overlap=True)
@@ -405,6 +416,14 @@ class Duplex:
             publish("transcript", text="", final=True, turn=event.turn, skipped=True)
         elif isinstance(event, TranscriptionFailed):
             publish("error", code="asr_failed", message=str(event.error), turn=event.turn)
+
+    def _words_confirm(self, turn: int, text: str, transcript: Transcript) -> bool:
+        """A transcript of an overlapping turn says the user talked over the reply: speech,
+        the user's own words (not the reply's echo, not fillers) and, with the pause gate,
+        voice heard while the reply was paused (conversation/barge_in.py)."""
+        if not (_speech(transcript) and words_heard(text, self._reply_text())):
+            return False
+        return not self._pausing or turn in self._voiced_over
 
     def _turn(self, number: int | None = None) -> Turn | None:
         number = self.listener.turn if number is None else number
@@ -541,6 +560,11 @@ def close_turn_models() -> None:
             close()
 
 
+#: voice while paused (after the gate's grace) that lets an overlapping turn's words confirm a
+#: barge-in: the echo's tail (its path, the VAD's window and hangover) can outlast the grace by
+#: a frame or two
+WORDS_NEED_VOICE_MS = 60.0
+
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
 
 
@@ -555,9 +579,17 @@ class HearingOptions:
     #: "smart-turn": the turn model judges each pause (listen/turn_model.py); "silence":
     #: turn_silence_ms alone
     turn_detector: str = "silence"
+    #: smart-turn: the pause after which the model is asked about the turn
+    turn_probe_ms: int = default_of(SemanticOptions, "probe_ms")
+    #: smart-turn: the pause that ends a turn the model calls unfinished whose transcript is a
+    #: question
+    turn_question_silence_ms: int = default_of(SemanticOptions, "question_silence_ms")
     barge_in_ms: int = default_of(TurnOptions, "barge_in_ms")
     #: voice over a reply this long pauses it (until confirmed as a barge-in, or resumed)
     barge_in_pause_ms: int = 100
+    #: a reply's first echo pause also doubles the burst later pauses need (the rule before
+    #: 2026-12-02; now the first one only learns the echo's level: conversation/barge_in.py)
+    barge_in_backoff_on_first_echo: bool = False
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
     #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
@@ -569,6 +601,12 @@ class HearingOptions:
         if self.turn_detector not in TURN_DETECTORS:
             raise ValueError(f"unknown turn detector {self.turn_detector!r}: use "
                              f"{' or '.join(TURN_DETECTORS)}")
+        self.semantic_options()  # refused now, not at the first session
+
+    def semantic_options(self) -> SemanticOptions:
+        """The smart-turn detector's waits (the Realtime API's semantic_vad has its own)."""
+        return SemanticOptions(probe_ms=self.turn_probe_ms,
+                               question_silence_ms=self.turn_question_silence_ms)
 
 
 TURN_DETECTORS = ("smart-turn", "silence")
@@ -612,8 +650,10 @@ class DuplexFactory:
                             speculate_ms=self.options.asr_speculate_ms or None)
         duplex = Duplex(conversation, listener, self.agent, self.voice,
                         preempt=self.options.preemptive_reply,
-                        pause_ms=self.options.barge_in_pause_ms)
-        duplex.set_turn_detector(turn_detector or self.options.turn_detector)
+                        pause_ms=self.options.barge_in_pause_ms,
+                        backoff_on_first_echo=self.options.barge_in_backoff_on_first_echo)
+        duplex.set_turn_detector(turn_detector or self.options.turn_detector,
+                                 self.options.semantic_options())
         return duplex
 
     async def close(self) -> None:

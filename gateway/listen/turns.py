@@ -321,21 +321,31 @@ def dangling(text: str) -> bool:
     return words[-1].strip(".,!?;:\"'()") in DANGLING
 
 
+def question(text: str) -> bool:
+    """The transcript ends as a question (Whisper punctuates: "What time is it?")."""
+    return text.rstrip().rstrip("\"')\u201d").endswith("?")
+
+
 @dataclass(frozen=True, slots=True)
 class SemanticOptions:
     """``min_silence_ms``: the pause that ends a turn judged complete; ``unsure_silence_ms``:
     the pause that ends one the model calls unfinished but whose transcript does not stop on a
     dangling word (the silence detector's own 500 ms: never cut sooner than it would);
-    ``max_silence_ms``: the pause that ends any turn (the cap: a dangling transcript, or no
-    verdict); ``probe_ms``: the pause after which the model is asked; ``threshold``:
-    P(complete) at or above which the model says complete; ``use_text``: also wait for the
-    speculative transcript, which vetoes a complete verdict when it stops on a dangling
-    word."""
+    ``question_silence_ms``: the same when that transcript is a question (ends on "?"): the
+    model hears a question's rising end as unfinished (0.1-0.3 on synthetic voices,
+    docs/turns.md), the transcript says it is one; ``max_silence_ms``: the pause that ends any
+    turn (the cap: a dangling transcript, or no verdict); ``probe_ms``: the pause after which
+    the model is asked (before the speculative decode at 100 ms, so the two do not share the
+    helper core at the same moment and the verdict is in when the transcript comes);
+    ``threshold``: P(complete) at or above which the model says complete; ``use_text``: also
+    wait for the speculative transcript, which vetoes a complete verdict when it stops on a
+    dangling word."""
 
     min_silence_ms: int = 200
     unsure_silence_ms: int = 500
     max_silence_ms: int = 1200
-    probe_ms: int = 100
+    probe_ms: int = 60
+    question_silence_ms: int = 300
     threshold: float = 0.5
     use_text: bool = True
 
@@ -344,6 +354,8 @@ class SemanticOptions:
                 <= self.max_silence_ms:
             raise ValueError("need 0 < probe_ms <= min_silence_ms <= unsure_silence_ms "
                              "<= max_silence_ms")
+        if not self.min_silence_ms <= self.question_silence_ms <= self.max_silence_ms:
+            raise ValueError("need min_silence_ms <= question_silence_ms <= max_silence_ms")
         if not 0.0 < self.threshold < 1.0:
             raise ValueError("threshold must be in (0, 1)")
 
@@ -354,8 +366,9 @@ class SemanticEndpointing:
     The speculative transcript only vetoes: a last word no sentence ends on (``dangling``)
     keeps the cap. Otherwise the model decides: complete (P >= threshold) -- the turn ends
     after ``min_silence_ms`` once the transcript agrees (with ``use_text``), after
-    ``unsure_silence_ms`` while it is still coming; not complete -- ``unsure_silence_ms``
-    if the transcript could end there, the cap while it is still coming. No verdict yet: the
+    ``unsure_silence_ms`` while it is still coming; not complete -- ``question_silence_ms``
+    if the transcript is a question, ``unsure_silence_ms`` if it could end there otherwise,
+    the cap while it is still coming. No verdict yet: the
     cap (or ``unsure_silence_ms`` on an acceptable transcript). A voiced frame starts a new
     pause (``new_pause``): earlier verdicts are forgotten.
     """
@@ -381,4 +394,6 @@ class SemanticEndpointing:
             return o.unsure_silence_ms if o.use_text and text else o.max_silence_ms
         if self.probability >= o.threshold:
             return o.unsure_silence_ms if text is None else o.min_silence_ms
-        return o.max_silence_ms if text is None or not o.use_text else o.unsure_silence_ms
+        if text is None or not o.use_text:
+            return o.max_silence_ms
+        return o.question_silence_ms if question(text) else o.unsure_silence_ms

@@ -39,11 +39,12 @@ class VadSettings:
 
 # OpenAI's eagerness: how soon a turn judged finished ends, and how long an unfinished one may
 # pause ("low" lets the user take their time: the model must be surer, P >= 0.9, which gave
-# 3/24 false ends against 5/24 at 0.5 in bench.turns, docs/turns.md; "high" answers soonest).
+# 3/24 false ends against 5/24 at 0.5 in bench.turns, docs/turns.md, and a question the model
+# is unsure of waits 500 ms, the silence detector's own; "high" answers soonest).
 # auto = medium = ours.
 SEMANTIC_BY_EAGERNESS = {
     "low": SemanticOptions(min_silence_ms=300, unsure_silence_ms=800, max_silence_ms=2000,
-                           threshold=0.9),
+                           question_silence_ms=500, threshold=0.9),
     "medium": SemanticOptions(),
     "auto": SemanticOptions(),
     "high": SemanticOptions(min_silence_ms=150, unsure_silence_ms=400, max_silence_ms=800),

@@ -220,6 +220,26 @@ async def test_a_hm_or_the_echo_over_the_reply_is_not_answered_and_words_cut_it(
     await rig.close()
 
 
+async def test_words_over_a_pause_with_no_voice_while_paused_do_not_cut():
+    # an echo Whisper misheard as other words, over a pause the echo (or a cough) caused: the
+    # voice ended within the pause's grace, so the words are not the user's
+    rig = Rig()
+    rig.duplex._gate.grace_ms = 300  # the 260 ms burst ends inside the grace
+    turn = await rig.reply()
+    rig.play(10)
+    rig.recognizer.text = "the one other end"
+    await rig.hear(260, loud=True)
+    assert rig.conversation.paused
+    await rig.hear(700, loud=False)
+    await settle()
+    await asyncio.sleep(0.05)
+    await settle()
+    assert rig.agent.calls == [] and turn.utterances[0].state is UtteranceState.PLAYING
+    assert any(t["text"] == "the one other end" and t.get("overlap")
+               for t in rig.of("transcript"))
+    await rig.close()
+
+
 def run(gate: PauseGate, pattern: str, start: float = 0.0, audible: bool = True,
         level: float = -20.0):
     """Frames: 'v' voiced, '.' not; the actions taken, by frame index."""
@@ -248,17 +268,33 @@ def test_the_gate_resumes_when_the_voice_stops_with_the_reply_and_backs_off():
     gate = PauseGate(confirm_ms=120, resume_ms=160)
     # an echo: it stops with the pause (within the grace); 8 quiet frames resume
     assert run(gate, "vvvvv" + "vv.." + "........", level=-45) == {4: "pause", 16: "resume"}
-    assert gate.needed_ms == 200  # the next pause needs a longer burst
-    assert run(gate, "vvvvvvvvvv", start=1.0, level=-35) == {9: "pause"}
+    assert gate.needed_ms == 100  # the first lesson only learns the echo's level
+    assert gate.resumed_on_echo  # (its voice while paused was the echo's tail)
+    # the echo again, louder than learnt: a second lesson backs the gate off
+    assert run(gate, "vvvvv", start=1.0, level=-38) == {4: "pause"}
     assert run(gate, "........", start=2.0) == {7: "resume"}
-    assert gate.needed_ms == 400 and (gate.pauses, gate.resumes) == (2, 2)
+    assert gate.needed_ms == 200  # the next pause needs a longer burst
+    assert run(gate, "vvvvvvvvvv", start=3.0, level=-31) == {9: "pause"}
+    assert run(gate, "........", start=4.0) == {7: "resume"}
+    assert gate.needed_ms == 400 and (gate.pauses, gate.resumes) == (3, 3)
     cough = PauseGate(confirm_ms=120, resume_ms=160)  # loud and short: no backoff
     assert run(cough, "vvvvv" + "...." + "........", level=-10) == {4: "pause", 16: "resume"}
-    assert cough.needed_ms == 100
-    assert run(gate, "vvvvv", start=3.0, audible=False) == {}  # nothing playing
+    assert cough.needed_ms == 100 and not cough.resumed_on_echo
+    assert run(gate, "vvvvv", start=5.0, audible=False) == {}  # nothing playing
     assert gate.needed_ms == 100  # ... and the next reply starts afresh
     long = PauseGate(confirm_ms=120, resume_ms=160, max_pause_ms=300)
     assert run(long, "vvvvv" + "v..v..v..v..v..") == {4: "pause", 19: "resume"}
+
+
+def test_the_old_rule_backs_off_on_the_first_lesson_too():
+    old = PauseGate(confirm_ms=120, resume_ms=160, backoff_on_first_lesson=True)
+    assert run(old, "vvvvv" + "vv.." + "........", level=-45) == {4: "pause", 16: "resume"}
+    assert old.needed_ms == 200 and old.echo_dbfs == -45
+    new = PauseGate(confirm_ms=120, resume_ms=160)
+    run(new, "vvvvv" + "vv.." + "........", level=-45)
+    # the user's barge-in after the echo's lesson: paused on the 5th frame, not the 10th
+    assert run(new, "vvvvvvvvvv", start=1.0, level=-20) == {4: "pause"}
+    assert run(old, "vvvvvvvvvv", start=1.0, level=-20) == {9: "pause"}
 
 
 def test_an_unconfirmed_pause_teaches_the_gate_the_echo_level():

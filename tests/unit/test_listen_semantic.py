@@ -117,10 +117,10 @@ async def test_a_complete_verdict_ends_the_turn_after_200_ms_of_silence():
     stops = await drain_stops(listener)
     assert len(stops) == 1 and stops[0].reason == "semantic"
     assert stops[0].detected_at - stops[0].at == pytest.approx(0.2)
-    assert len(model.calls) == 1  # asked once, at 100 ms into the pause
-    # the segment so far: what came before (within the pre-speech pad), the speech, 100 ms
+    assert len(model.calls) == 1  # asked once, at 60 ms into the pause
+    # the segment so far: what came before (within the pre-speech pad), the speech, 60 ms
     # of the pause
-    assert model.calls[0] == (5 + 40 + 5) * FRAME
+    assert model.calls[0] == (5 + 40 + 3) * FRAME
     assert listener.turn_detector == "fake"
     await listener.close()
 
@@ -206,6 +206,26 @@ async def test_a_dangling_transcript_overrules_a_complete_verdict():
     await listener.close()
 
 
+async def test_an_unsure_verdict_on_a_question_ends_after_question_silence_ms():
+    listener = make(FakeModel(0.2), text="What time is it in London?")
+    stopped: list[SpeechStopped] = []
+    await push(listener, speech(40) + quiet(30), stopped)
+    stops = await drain_stops(listener)
+    assert len(stops) == 1 and stops[0].detected_at - stops[0].at == pytest.approx(0.3)
+    # not a question: the silence detector's own 500 ms
+    listener = make(FakeModel(0.2), text="Turn off the lights.")
+    await push(listener, speech(40) + quiet(30), stopped)
+    stops = await drain_stops(listener)
+    assert len(stops) == 1 and stops[0].detected_at - stops[0].at == pytest.approx(0.5)
+    # the old setting, through the options
+    listener = make(FakeModel(0.2), text="What time is it in London?",
+                    semantic=SemanticOptions(probe_ms=100, question_silence_ms=500))
+    await push(listener, speech(40) + quiet(30), stopped)
+    stops = await drain_stops(listener)
+    assert len(stops) == 1 and stops[0].detected_at - stops[0].at == pytest.approx(0.5)
+    await listener.close()
+
+
 async def test_with_the_transcript_the_turn_ends_once_both_agree():
     # the model says complete; the text (a question) agrees: the end waits for both
     listener = make(FakeModel(0.9), text="What time is it?")
@@ -227,9 +247,16 @@ def test_the_policy():
     assert not policy.complete() and policy.stop_ms() == 1000  # dangling: the cap
     policy.probability, policy.text = 0.2, "Turn off the lights."
     assert policy.stop_ms() == 500  # unsure: never sooner than silence alone
+    policy.text = "What time is it?"
+    assert policy.stop_ms() == 300  # unsure of a question: question_silence_ms
+    policy.probability = 0.8
+    assert policy.stop_ms() == 200  # a question judged complete: as any complete turn
     policy.new_pause()
     policy.probability = 0.2
     assert policy.stop_ms() == 1000  # unfinished, no transcript yet: wait
+    policy.text = "Can you tell me the?"
+    assert policy.stop_ms() == 1000  # dangling, question mark or not: the cap
+    assert SemanticOptions().probe_ms == 60 and SemanticOptions().question_silence_ms == 300
     alone = SemanticEndpointing(SemanticOptions(max_silence_ms=1000, use_text=False))
     alone.probability = 0.9
     assert alone.stop_ms() == 200
@@ -238,6 +265,10 @@ def test_the_policy():
     assert dangling("I want to, um") and dangling("so...") and not dangling("Yes.")
     with pytest.raises(ValueError):
         SemanticOptions(min_silence_ms=50, probe_ms=100)
+    with pytest.raises(ValueError):
+        SemanticOptions(question_silence_ms=150)  # sooner than a complete turn's end
+    with pytest.raises(ValueError):
+        SemanticOptions(question_silence_ms=1500)  # past the cap
 
 
 async def test_the_judge_runs_one_inference_at_a_time_and_the_latest_request_wins():
@@ -264,6 +295,10 @@ def test_the_turn_detector_flag_and_its_environment_variable(monkeypatch, capsys
     assert config.hearing_options().turn_detector == "smart-turn"
     monkeypatch.setenv("GATEWAY_TURN_DETECTOR", "smart-turn")
     assert parse_config([]).turn_detector == "smart-turn"
+    options = parse_config(["--turn-probe-ms", "100", "--turn-question-silence-ms", "500"]
+                           ).hearing_options()
+    assert options.semantic_options() == SemanticOptions(probe_ms=100, question_silence_ms=500)
+    assert parse_config([]).hearing_options().semantic_options() == SemanticOptions()
     monkeypatch.setenv("GATEWAY_TURN_DETECTOR", "psychic")
     with pytest.raises(SystemExit):
         parse_config([])
