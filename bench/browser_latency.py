@@ -4,10 +4,10 @@
     make bench-browser
 
 The gateway runs as ``make run`` starts it (its own process, the embedded Piper voice first and
-so the default, ``--duplex --agent echo``, ICE host candidates on every interface but
-loopback),
-plus a CosyVoice stand-in voice (``gateway.testing.cosyvoice_server``, its own process, 150 ms to
-its first chunk). Chromium (Debian's, via Playwright) loads a bench-only page
+so the default, ``--duplex --agent echo``), except that its ICE host candidates are 127.0.0.1
+only (Chromium takes them with ``--allow-loopback-in-peer-connection``: no bench traffic leaves
+loopback), plus a CosyVoice stand-in voice (``gateway.testing.cosyvoice_server``, its own
+process, 150 ms to its first chunk). Chromium (Debian's, via Playwright) loads a bench-only page
 (``bench/pages/latency.html``, served by Playwright at the gateway's origin, not by the
 gateway): a plain WHEP player whose remote track feeds an AudioWorklet onset detector.
 
@@ -275,7 +275,7 @@ async def main(runs: int, gateway_args: list[str], out: str, gateway_log: str | 
         for i, (args, piper_spec) in enumerate(zip(sides, pipers, strict=True)):
             log_path = None if gateway_log is None else gateway_log + ("" if i == 0 else ".b")
             urls.append(await stack.enter_async_context(gateway_process(
-                [piper_spec, cosy], extra=args, ice_hosts="", timeout=180, log_path=log_path,
+                [piper_spec, cosy], extra=args, timeout=180, log_path=log_path,
             )))
         p = await stack.enter_async_context(async_playwright())
         browser = await launch(p)
