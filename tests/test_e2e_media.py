@@ -29,8 +29,13 @@ async def speak_and_collect(client, voice: str):
     packets = [p for p in client.capture.ordered()]
     first = next(p for p in packets if p.seq % 65536 == state["first_seq"] and
                  p.arrival >= result.said_at)
-    speech = [p for p in packets if first.seq <= p.seq < first.seq + state["frames_sent"]]
-    return state, speech
+    # The utterance's frames from its first on. A slot whose frame was not encoded in time (an
+    # underrun: the encoder's threads starved of CPU, seen beside three other tests) carries
+    # the keep-alive silence packet instead and the frame goes in the next slot: skipped here,
+    # as a tone never encodes to that packet.
+    keep_alive = silence_packet(EncoderSettings())
+    speech = [p for p in packets if p.seq >= first.seq and p.payload != keep_alive]
+    return state, speech[:state["frames_sent"]]
 
 
 async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
