@@ -10,7 +10,9 @@ import json
 import time
 from urllib.parse import urlsplit
 
-from gateway.api.timeouts import check_aiohttp_internals
+import pytest
+
+from gateway.api.timeouts import LINGER_S, check_aiohttp_internals
 from tests.abuse_probe import LoopStall
 
 
@@ -60,6 +62,42 @@ async def test_slowloris_is_cut_at_the_header_timeout(start_gateway):
         body = json.loads(answer.split(b"\r\n\r\n", 1)[1])
         assert body["error"]["code"] == "header_timeout"
     assert stall.worst_s < 1.0 and healthz < 1000
+
+
+async def test_a_refused_client_still_sending_reads_its_whole_408(start_gateway):
+    """The 408 is not lost to a TCP reset when the client sends after it arrived: the gateway
+    half-closes and drains instead of closing (a closed socket answers the bytes with a reset,
+    and the reset fails the client's read of the 408 it has not consumed yet)."""
+    gateway = await start_gateway(header_timeout_s=0.5, keepalive_timeout_s=30.0)
+    reader, writer = await _open(gateway)
+    try:
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        await asyncio.sleep(1.0)  # the 408 is in our receive buffer, unread
+        for _ in range(3):  # late bytes: a closed socket answers with a reset, and the next
+            writer.write(b"X-More: 1\r\n")  # write fails and fails the reader too
+            await asyncio.sleep(0.2)
+        answer = await _closed_within(reader, 5.0)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "header_timeout"
+
+
+async def test_a_refused_client_that_never_closes_is_closed_after_the_linger(start_gateway):
+    gateway = await start_gateway(header_timeout_s=0.3, keepalive_timeout_s=30.0)
+    reader, writer = await _open(gateway)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+    try:
+        answer = await _closed_within(reader, 2.0)  # the 408, then the gateway's half-close
+        assert answer.startswith(b"HTTP/1.1 408")
+        eof_at = time.monotonic()
+        with pytest.raises(ConnectionError):  # keeps sending: reset once the linger is over
+            while time.monotonic() - eof_at < 2 * LINGER_S:
+                writer.write(b"x")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+    finally:
+        writer.close()
 
 
 async def test_an_idle_keepalive_connection_is_closed(start_gateway):
