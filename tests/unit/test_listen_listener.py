@@ -13,6 +13,7 @@ from gateway.listen.listener import (
     FinalTranscript,
     Listener,
     PartialTranscript,
+    TentativeTranscript,
     TranscriptionFailed,
 )
 from gateway.listen.turns import BargeIn, SpeechStarted, SpeechStopped
@@ -71,11 +72,20 @@ async def test_turns_then_finals_in_order_and_noise_is_no_turn():
     await hear(listener, two_questions())
     await listener.close(drain=True)
     events = await reader
-    turn_events = [type(e) for e in events if not isinstance(e, FinalTranscript)]
+    # a speculation's decode (50 ms) may finish before the turn's end is judged when the loop
+    # is slow (a loaded machine): its TentativeTranscript is then announced, inside its turn
+    transcripts = (FinalTranscript, TentativeTranscript)
+    turn_events = [type(e) for e in events if not isinstance(e, transcripts)]
     assert turn_events == [SpeechStarted, BargeIn, SpeechStopped] * 2
     finals = [e for e in events if isinstance(e, FinalTranscript)]
     assert [(f.turn, f.text) for f in finals] == [
         (1, "What is the weather like in Paris today?"), (2, "And tomorrow?")]
+    starts = [i for i, e in enumerate(events) if isinstance(e, SpeechStarted)]
+    stops = [i for i, e in enumerate(events) if isinstance(e, SpeechStopped)]
+    for i, e in enumerate(events):
+        if isinstance(e, TentativeTranscript):
+            assert starts[e.turn - 1] < i < stops[e.turn - 1]
+            assert e.text == finals[e.turn - 1].text and finals[e.turn - 1].speculative
     assert finals[0].stopped.reason == "silence"
     first_stop = next(i for i, e in enumerate(events) if isinstance(e, SpeechStopped))
     assert events.index(finals[0]) > first_stop
