@@ -300,7 +300,6 @@ class GuardedProtocol(asyncio.Protocol):
         transport = self.transport
         assert transport is not None
         self._lingering = True
-        self._payload = None
         transport.write(response)
         if not transport.can_write_eof():  # TLS: no half-close
             transport.close()
