@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from gateway.client.capture import ReceivedPacket, decode
+from gateway.client.capture import ReceivedPacket, decode, utterance_slots, voice_frames
 from gateway.client.peer import GatewayClient
 from gateway.media.opus_codec import (
     ENCODER_LOOKAHEAD_SAMPLES,
@@ -68,9 +68,9 @@ async def gateway(start_gateway, standin: CosyVoiceStandIn):
 
 
 def utterance_packets(client: GatewayClient, state: dict, said_at: float) -> list[ReceivedPacket]:
-    packets = [p for p in client.capture.ordered() if p.arrival >= said_at]
-    first = next(p for p in packets if p.seq % 65536 == state["first_seq"])
-    return [p for p in packets if first.seq <= p.seq < first.seq + state["frames_sent"]]
+    """The voice's frames back to back (keep-alive slots of a starved encoder left out)."""
+    return voice_frames(utterance_slots(client.capture.ordered(), state["first_seq"],
+                                        state["frames_sent"], after=said_at))
 
 
 async def first_speech_packet(client: GatewayClient, after: float) -> ReceivedPacket:

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from gateway.client.capture import decode
+from gateway.client.capture import KEEP_ALIVE, decode, utterance_slots, voice_frames
 from gateway.media.framer import Framer
 from gateway.media.opus_codec import (
     FRAME_SAMPLES,
@@ -26,21 +26,22 @@ async def speak_and_collect(client, voice: str):
     result = await client.say("A tone please.", voice=voice)
     state = await client.wait_utterance(result.utterance["id"])
     assert state["state"] == "done", state
-    packets = [p for p in client.capture.ordered()]
-    first = next(p for p in packets if p.seq % 65536 == state["first_seq"] and
-                 p.arrival >= result.said_at)
-    # The utterance's frames from its first on. A slot whose frame was not encoded in time (an
-    # underrun: the encoder's threads starved of CPU, seen beside three other tests) carries
-    # the keep-alive silence packet instead and the frame goes in the next slot: skipped here,
-    # as a tone never encodes to that packet.
-    keep_alive = silence_packet(EncoderSettings())
-    speech = [p for p in packets if p.seq >= first.seq and p.payload != keep_alive]
-    return state, speech[:state["frames_sent"]]
+    slots = utterance_slots(client.capture.ordered(), state["first_seq"], state["frames_sent"],
+                            after=result.said_at)
+    return state, slots
+
+
+def frames_of(slots):
+    """The slots carrying the tone's frames, by their own sequence numbers. A slot whose frame
+    was not encoded in time (the encoder's threads starved of CPU, seen beside three other
+    tests) carries the keep-alive silence: skipped, a tone never encodes to it."""
+    return [p for p in slots if p.payload != KEEP_ALIVE]
 
 
 async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
     client = await connect()
-    state, speech = await speak_and_collect(client, "tone")
+    state, slots = await speak_and_collect(client, "tone")
+    speech = frames_of(slots)
     # An independent encoder with the same settings over the same PCM gives the same bytes:
     # the gateway encoded each frame once and RTP carried it unchanged.
     pcm = tone_voices().get("tone").pcm()
@@ -60,7 +61,8 @@ async def test_payloads_are_byte_identical_to_one_encoding(gateway, connect):
 async def test_timestamps_step_960_and_packets_are_paced(connect):
     client = await connect()
     await client.capture.wait_packets(3)  # the idle stream is flowing before any speech
-    _, speech = await speak_and_collect(client, "tone")
+    _, slots = await speak_and_collect(client, "tone")
+    speech = frames_of(slots)
     packets = client.capture.ordered()
     steps = {(b.timestamp - a.timestamp) % 2**32 for a, b in itertools.pairwise(packets)}
     assert steps == {RTP_TICKS_PER_FRAME}
@@ -84,8 +86,8 @@ async def test_timestamps_step_960_and_packets_are_paced(connect):
 
 async def test_440hz_tone_arrives_at_440hz(connect):
     client = await connect()
-    _, speech = await speak_and_collect(client, "tone48k")  # resampled 48 kHz -> 24 kHz
-    pcm = decode(speech).pcm[FRAME_SAMPLES * 2 : -FRAME_SAMPLES * 2]
+    _, slots = await speak_and_collect(client, "tone48k")  # resampled 48 kHz -> 24 kHz
+    pcm = decode(voice_frames(slots)).pcm[FRAME_SAMPLES * 2 : -FRAME_SAMPLES * 2]
     assert abs(dominant_frequency(pcm, SAMPLE_RATE) - 440.0) <= 1.0
     assert np.sqrt(np.mean(pcm.astype(float) ** 2)) > 3000  # a loud tone, not silence
 

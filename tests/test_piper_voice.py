@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.client.capture import decode, frame_rms_dbfs
+from gateway.client.capture import decode, frame_rms_dbfs, utterance_slots, voice_frames
 from gateway.media.opus_codec import FRAME_SAMPLES, SAMPLE_RATE
 from tests.installed import missing
 
@@ -42,14 +42,17 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
     finally:
         await client.close()
     assert state["state"] == "done" and state["voice"] == "joe"
-    packets = [p for p in client.capture.ordered() if p.arrival >= result.said_at]
-    first = next(p for p in packets if p.seq % 65536 == state["first_seq"])
-    speech = [p for p in packets if first.seq <= p.seq < first.seq + state["frames_sent"]]
+    slots = utterance_slots(client.capture.ordered(), state["first_seq"], state["frames_sent"],
+                            after=result.said_at)
+    # The voice's own frames: on a loaded machine (CI: four test workers on two cores) some
+    # slots carry the keep-alive silence while the voice catches up; they are not its pauses.
+    speech = voice_frames(slots)
+    assert len(speech) == state["frames_sent"]
     pcm = decode(speech).pcm
     frames = pcm[: pcm.size // FRAME_SAMPLES * FRAME_SAMPLES].reshape(-1, FRAME_SAMPLES)
     loud = np.array([frame_rms_dbfs(f) > -40 for f in frames])
     assert 1.5 < pcm.size / SAMPLE_RATE < 6.0
-    assert loud.mean() > 0.5, "most of an utterance is voiced"
+    assert loud.mean() > 0.5, f"most of an utterance is voiced ({len(slots)} slots)"
     assert (~loud).sum() >= 1, "speech has pauses; a tone or noise would not"
     # Speech energy sits in the voice band and moves around, unlike a steady tone.
     spectrum = np.abs(np.fft.rfft(pcm.astype(float)))

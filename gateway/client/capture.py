@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder
+from gateway.media.opus_codec import FRAME_SAMPLES, OpusFrameDecoder, silence_packet
 from gateway.rtp import red
 
 
@@ -139,6 +139,49 @@ class RtpCapture:
             return []
         have = {p.seq for p in ordered}
         return [s for s in range(ordered[0].seq, ordered[-1].seq + 1) if s not in have]
+
+
+KEEP_ALIVE = silence_packet()  # what a slot carries when no frame is ready (default settings)
+
+
+def utterance_slots(
+    packets: list[ReceivedPacket], first_seq16: int, frames_sent: int, after: float = 0.0,
+    keep_alive: bytes = KEEP_ALIVE,
+) -> list[ReceivedPacket]:
+    """One utterance's slots as heard, from seq-ordered ``packets``: from its first frame (16-bit
+    ``first_seq16``, arrived at or after ``after``) to its ``frames_sent``-th frame. A slot
+    whose frame was not ready in time (the voice or the encoder starved of CPU) carries the
+    keep-alive silence and the frame goes in a later slot, so the run can be longer than
+    ``frames_sent``; a frame that never arrived (lost, not repaired) still takes its slot."""
+    start = next(i for i, p in enumerate(packets)
+                 if p.seq % 65536 == first_seq16 and p.arrival >= after)
+    slots: list[ReceivedPacket] = []
+    frames = 0
+    expected = packets[start].seq
+    for p in packets[start:]:
+        frames += p.seq - expected + (p.payload != keep_alive)  # a gap's slots were frames
+        expected = p.seq + 1
+        if frames > frames_sent:
+            break
+        slots.append(p)
+        if frames == frames_sent:
+            break
+    return slots
+
+
+def voice_frames(
+    slots: list[ReceivedPacket], keep_alive: bytes = KEEP_ALIVE
+) -> list[ReceivedPacket]:
+    """The slots that carry the voice's frames, renumbered back to back from the first: the
+    frames as the encoder produced them, to decode or compare without the keep-alive slots."""
+    out: list[ReceivedPacket] = []
+    skipped = 0
+    for p in slots:
+        if p.payload == keep_alive:
+            skipped += 1
+        else:
+            out.append(replace(p, seq=p.seq - skipped))
+    return out
 
 
 @dataclass
