@@ -16,7 +16,6 @@ from gateway.media.opus_codec import (
     SAMPLE_RATE,
     EncoderSettings,
     OpusFrameEncoder,
-    silence_packet,
 )
 from tests.conftest import tone_voices
 from tests.helpers import dominant_frequency
@@ -69,7 +68,7 @@ async def test_timestamps_step_960_and_packets_are_paced(connect):
     assert all(b.seq == a.seq + 1 for a, b in itertools.pairwise(packets))
     assert len({p.ssrc for p in packets}) == 1
     # Silence keeps the stream alive before and after the utterance.
-    silence = silence_packet(EncoderSettings())
+    silence = KEEP_ALIVE
     assert packets[0].payload == silence and packets[-1].seq >= speech[-1].seq
     await client.capture.wait_for_seq((speech[-1].seq + 2) % 65536)
     assert client.capture.ordered()[-1].payload == silence
@@ -99,7 +98,7 @@ async def test_speech_queues_behind_and_interrupt_replaces(gateway, connect):
     assert queued.utterance["state"] == "queued"
     state = await client.state()
     assert state["utterances"]["pending"] >= 1
-    silence = silence_packet(EncoderSettings())
+    silence = KEEP_ALIVE
     await client.capture.wait_until(  # the long utterance is being heard
         lambda: sum(p.payload != silence for p in client.capture.packets) >= 5
     )
