@@ -54,6 +54,7 @@ from gateway.text.segmenter import (
 )
 from gateway.text.timing import WordTiming, estimate_words
 from gateway.tts.base import PcmChunk, SynthesisError
+from gateway.tts.onset import fade_in, lead_start
 from gateway.tts.piper_align import (
     patched_model,
     phoneme_alignments,
@@ -210,25 +211,23 @@ def piper_pool() -> WorkerPool:
 
 
 def trim_bounds(
-    pcm: np.ndarray, rate: int, keep_lead: float | None, keep_tail: float | None
+    pcm: np.ndarray, rate: int, keep_lead: float | None, keep_tail: float | None,
+    onset: bool = False,
 ) -> tuple[int, int]:
-    """The [start, end) samples ``trim_silence`` keeps."""
+    """The [start, end) samples kept of a rendered clause: its silence trimmed before the first
+    and after the last sample over ``SILENCE_THRESHOLD``, keeping ``keep_lead`` / ``keep_tail``
+    seconds (None: not trimmed at that end). ``onset`` (an utterance's start): the quiet murmur
+    before the speech onset goes too (``onset.lead_start``)."""
     loud = np.flatnonzero(np.abs(pcm.astype(np.int32)) > SILENCE_THRESHOLD)
     if not loud.size:
         return 0, pcm.size
     start, end = 0, pcm.size
     if keep_lead is not None:
-        start = max(0, int(loud[0]) - int(keep_lead * rate))
+        start = (lead_start(pcm, rate, int(loud[0]), keep_lead) if onset
+                 else max(0, int(loud[0]) - int(keep_lead * rate)))
     if keep_tail is not None:
         end = min(pcm.size, int(loud[-1]) + 1 + int(keep_tail * rate))
     return start, end
-
-
-def trim_silence(
-    pcm: np.ndarray, rate: int, keep_lead: float | None, keep_tail: float | None
-) -> np.ndarray:
-    start, end = trim_bounds(pcm, rate, keep_lead, keep_tail)
-    return pcm[start:end]
 
 
 def _trimmed_words(words: list[WordTiming], start: int, end: int, rate: int
@@ -526,20 +525,23 @@ class PiperSynthesizer:
                                           priority=LATER)
                 last = i + 1 == len(clauses)
                 continued = before is not None and cut_mid_sentence(before)
-                keep_lead = (None if continued else LEAD_KEEP_S if i == 0 and after is None
+                starts = i == 0 and after is None  # the utterance's first sound
+                keep_lead = (None if continued else LEAD_KEEP_S if starts
                              else JOINT_KEEP_S / 2)
                 keep_tail = None if last and not cut_mid_sentence(clause) else JOINT_KEEP_S
                 pcm, words = rendered.pcm, rendered.words
                 if rest_job is None:
-                    start, end = trim_bounds(pcm, rate, keep_lead, keep_tail)
-                    yield PcmChunk(pcm[start:end].tobytes(), rate,
+                    start, end = trim_bounds(pcm, rate, keep_lead, keep_tail, starts)
+                    kept = fade_in(pcm[start:end], rate) if starts else pcm[start:end]
+                    yield PcmChunk(kept.tobytes(), rate,
                                    _trimmed_words(words, start, end, rate))
                     continue
                 # split: the first piece goes out now, trimmed at its start only
-                start, _ = trim_bounds(pcm, rate, keep_lead, None)
+                start, _ = trim_bounds(pcm, rate, keep_lead, None, starts)
                 cut_ms = pcm.size * 1000 / rate
                 head = [w for w in words if w.start_ms < cut_ms]
-                yield PcmChunk(pcm[start:].tobytes(), rate,
+                kept = fade_in(pcm[start:], rate) if starts else pcm[start:]
+                yield PcmChunk(kept.tobytes(), rate,
                                _trimmed_words(head, start, pcm.size, rate))
                 try:
                     rest = await asyncio.wrap_future(rest_job)
