@@ -113,3 +113,31 @@ async def test_the_framed_stream_speaks_a_text_body_while_it_is_still_arriving(g
     assert isinstance(records[-1], EndRecord)
     # "Hello there" / "my friend, how are you?": two clauses of the 1 s tone
     assert len(frames) == 2 * 50
+
+
+class _FirstChunkTimed:
+    """A voice that times only a clause's first chunk, as Piper's split render does: its rest
+    (the end of a word, a pause) carries no words."""
+
+    name = "timed-first"
+
+    async def stream(self, text: str):
+        from gateway.text.timing import WordTiming
+        from gateway.tts.base import PcmChunk
+
+        yield PcmChunk(bytes(4800), 24000, (WordTiming(text, 0.0, 150.0),))
+        yield PcmChunk(bytes(4800), 24000)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_a_fed_clause_timed_by_its_voice_gets_no_estimated_words():
+    from gateway.speech.text_feed import FedVoice
+
+    feed = TextFeed(1000, idle_s=5)
+    feed.append("Sure,", end=True)
+    chunks = [c async for c in FedVoice(_FirstChunkTimed(), feed).stream("")]
+    words = [w.word for c in chunks for w in c.words]
+    assert words == ["Sure,"]  # the untimed rest was not estimated as the clause again
+    assert len(chunks) == 2

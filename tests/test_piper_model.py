@@ -3,9 +3,10 @@
 The split model (``gateway.tts.piper_model``) runs the encoder once and decodes latent frames in
 ranges, each with CONTEXT_FRAMES of context either side. Checked on short sentences with Piper's
 noise off (so two runs of the whole graph give the same samples): the encoder then the whole
-decode equals the one-graph run; a first piece (the first word) and the rest, joined, equal the
-whole decode within float rounding; the synthesizer's first chunk and the rest of the clause
-join to its whole render; and the level is the fixed OUTPUT_GAIN, not a per-sentence peak.
+decode equals the one-graph run; a first piece and the rest, joined, equal the whole decode within
+float rounding; the synthesizer's first chunk (its first 120 ms, cut inside a word if need be) and
+the rest of the clause join to its whole render; and the level is the fixed OUTPUT_GAIN, not a
+per-sentence peak.
 """
 
 from __future__ import annotations
@@ -74,14 +75,20 @@ def test_pieces_with_context_join_to_the_whole_decode(voice):
     assert np.abs(bare - whole[: bare.size]).max() * 32767 > 50
 
 
-async def test_the_first_chunk_is_the_first_word_and_the_clause_joins_whole(quiet_piper):
+@pytest.mark.parametrize("clause", ["Hello there, how are you", "Sure,"])
+async def test_the_first_chunk_is_its_first_120_ms_and_the_clause_joins_whole(quiet_piper,
+                                                                              clause):
+    # not the last clause: no trimming at its end. "Sure," is one word and its pause: it is
+    # cut inside the word (a one-word clause was decoded whole, 25-30 ms before its first PCM)
     voice = quiet_piper
-    clause = "Hello there, how are you"  # not the last clause: no trimming at its end
     whole, words = voice._render(clause)
     rendered = voice._first(clause)
-    assert rendered.rest is not None, "a clause of several words is decoded in two pieces"
-    cut_ms = rendered.pcm.size * 1000 / voice.sample_rate
-    assert [w.word for w in words if w.start_ms < cut_ms] == ["Hello"]
+    assert rendered.rest is not None, "a clause longer than 220 ms is decoded in two pieces"
+    rate = voice.sample_rate
+    first = int(words[0].start_ms * rate / 1000)
+    assert rendered.pcm.size == first + int(piper_voice.FIRST_PIECE_MIN_S * rate)
+    cut_ms = rendered.pcm.size * 1000 / rate
+    assert [w.word for w in rendered.words if w.start_ms < cut_ms] == [words[0].word]
     fn, *args = rendered.rest
     joined = np.concatenate([rendered.pcm, fn(*args, None)])
     assert joined.size == whole.size

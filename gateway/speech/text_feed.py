@@ -96,15 +96,18 @@ class FedVoice:
             async for clause in clauses:
                 untimed: list[bytes] = []
                 rate = 0
+                timed = False  # a chunk carried words: the backend times them (an untimed
+                # chunk is then the rest of a word, or a pause: Piper's first piece's rest)
                 stream = open_stream(self.voice, clause, after=previous)
                 previous = clause
                 async with contextlib.aclosing(stream):
                     async for chunk in stream:
+                        timed = timed or bool(chunk.words)
                         if not chunk.words:
                             untimed.append(chunk.data)
                             rate = chunk.sample_rate
                         yield chunk
-                if untimed:
+                if untimed and not timed:
                     data = b"".join(untimed)
                     pcm = np.frombuffer(data[: len(data) & ~1], dtype="<i2")
                     ms = pcm.size * 1000 / rate

@@ -14,8 +14,8 @@ long silences trimmed so the seams stay natural, and the first clause's leading 
 trimmed so speech starts at once.
 
 The model runs as two halves (``piper_model``: the encoder, durations and flow once per
-sentence, then the HiFi-GAN decoder over ranges of its latent frames), so a clause's first word
-is decoded and sent on while the rest of it is still being decoded: the first PCM no longer
+sentence, then the HiFi-GAN decoder over ranges of its latent frames), so a clause's first
+120 ms are decoded and sent on while the rest of it is still being decoded: the first PCM no longer
 waits for the whole clause. That rules out Piper's per-sentence peak normalisation (it needs the
 last sample before the first): a fixed ``OUTPUT_GAIN`` is used instead, the same for every
 clause (docs/latency.md says how far that moves a sentence's level). ``split=False`` (the voice
@@ -77,10 +77,11 @@ INTRA_OP_THREADS = min(2, os.cpu_count() or 1)
 # Piper's raw peaks sit near 0.6-0.75 of full scale, so 1.5 lands most sentences within a few
 # dB of the normalised level (docs/latency.md: the measured spread).
 OUTPUT_GAIN = 1.5
-# The first piece of a clause ends at the end of its first word at least this long (the
-# first word, unless it is as short as "I" or "a"), so the rest is decoded while it plays;
-# a clause of one such word, or whose remainder would be shorter than REST_MIN_S, is decoded
-# in one piece.
+# The first piece of a clause is this long (cut inside a word if need be: the seam is float
+# rounding), so the rest is decoded while it plays; a clause whose remainder would be shorter
+# than REST_MIN_S is decoded in one piece. 120 ms: ~11 latent frames, a decode of ~8 ms here
+# against 13-16 for a whole first word and 25-30 for a one-word clause ("Sure,") with its pause;
+# the rest of a 3-word clause decodes in ~35 ms, well inside the piece's 120 ms.
 FIRST_PIECE_MIN_S = 0.12
 REST_MIN_S = 0.10
 SILENCE_THRESHOLD = 300  # int16 amplitude below which Piper's output counts as silence
@@ -384,23 +385,19 @@ class PiperSynthesizer:
 
     def _pieces(self, text: str, sentences: list[_Sentence], words: list[WordTiming],
                 start: int, cancel: RenderCancel | None) -> _Rendered:
-        """From sample ``start`` on: the first piece decoded now (to the end of the first word
-        at least FIRST_PIECE_MIN_S long), the rest as a job; one piece for a short clause."""
+        """From sample ``start`` on: the first FIRST_PIECE_MIN_S decoded now, the rest as a
+        job; one piece for a clause whose rest would be shorter than REST_MIN_S."""
         assert self.split is not None
         total = sentences[-1].offset + sentences[-1].encoded.frames * self.split.hop_length
         rate = self.sample_rate
-        cut = None
-        for k, w in enumerate(words):
-            end = int(w.end_ms * rate / 1000)
-            if end - start >= FIRST_PIECE_MIN_S * rate:
-                # at a word's end, never inside one: a chunk carries the words it starts, and
-                # a chunk with none reads as untimed audio (text_feed, the ElevenLabs door)
-                if k + 1 < len(words) and total - end >= REST_MIN_S * rate:
-                    cut = end
-                break
+        # anywhere, even inside a word: decoded with its context the seam is float rounding
+        # (tests/test_piper_model.py); a chunk carries the words it starts. Counted from the
+        # first word's start: the lead before it is trimmed.
+        first = max(start, int(words[0].start_ms * rate / 1000)) if words else start
+        cut = first + int(FIRST_PIECE_MIN_S * rate)
         shift = start * 1000 / rate
         timed = [w.shifted(-shift) for w in words]
-        if cut is None:
+        if total - cut < REST_MIN_S * rate:
             pcm = self._decode(sentences, start, None, cancel)
             return _Rendered(pcm, timed or estimate_words(text, pcm, rate))
         return _Rendered(self._decode(sentences, start, cut, cancel), timed,
