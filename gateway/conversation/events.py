@@ -19,13 +19,14 @@ such listeners computes none. ``on_words_wanted`` is told when that turns true.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.runtime.lazy_event import LazyEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +50,7 @@ class Subscription:
     def __init__(self, bus: EventBus, maxsize: int) -> None:
         self._bus = bus
         self._events: deque[Event] = deque(maxlen=maxsize)
-        self._ready = asyncio.Event()
+        self._ready = LazyEvent()
         self.dropped = 0
         self.closed = False
 

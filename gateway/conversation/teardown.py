@@ -46,6 +46,7 @@ from typing import Any
 
 from gateway import aiortc_compat
 from gateway.runtime import gc_policy
+from gateway.runtime.lazy_event import LazyEvent
 from gateway.speech.utterance import Utterance, UtteranceState
 
 # ``Session`` is not imported (session.py imports this module): a session is typed ``Any``.
@@ -99,7 +100,7 @@ class CloseOnce:
     end; ``soon`` starts it from a callback (a failed peer connection, the idle sweep)."""
 
     def __init__(self) -> None:
-        self.closed = asyncio.Event()  # set once the close has run
+        self.closed = LazyEvent()  # set once the close has run
         self.reason: str | None = None  # why, from the first close
         self._task: asyncio.Task[None] | None = None
 

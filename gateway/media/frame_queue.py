@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.media.frames import EncodedFrame, FrameOwner
+from gateway.runtime.lazy_event import LazyEvent
 
 
 class FrameQueue:
@@ -44,7 +45,7 @@ class FrameQueue:
         self._payloads: deque[bytes] = deque()
         # [owner, index of the run's next frame, frames left in the run], oldest first
         self._runs: deque[list[Any]] = deque()
-        self._space = asyncio.Event()
+        self._space = LazyEvent()
         self._space.set()
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
         self._held = False

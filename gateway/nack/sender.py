@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway.nack.generator import NackGenerator
 from gateway.nack.rtcp import build_nack_packet
+from gateway.runtime.lazy_event import LazyEvent
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class NackSender:
         self._playout_seq = playout_seq
         self._sender_ssrc = sender_ssrc
         self._fallback_ssrc = random.getrandbits(32)
-        self._wake = asyncio.Event()
+        self._wake = LazyEvent()
         self._task: asyncio.Task[None] | None = None
         self.media_ssrc: int | None = None
         self.send_failures = 0

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from gateway.media.fanout import FrameFanout
 from gateway.media.opus_codec import EncoderSettings
 from gateway.runtime import logs
+from gateway.runtime.lazy_event import LazyEvent
 from gateway.runtime.metrics import METRICS
 from gateway.runtime.worker_pool import WorkerPool, encoder_pool
 from gateway.speech.phrase import CachedPhrase, PhraseKey, PhraseRecorder
@@ -65,8 +66,8 @@ class Speaker:
         self.max_pending = max_pending
         self._pending: deque[tuple[Utterance, Synthesizer]] = deque()
         self._prerendered: dict[Utterance, Prerender] = {}  # say(..., prerendered=...)
-        self._wakeup = asyncio.Event()
-        self.idle = asyncio.Event()  # set while nothing is being produced or pending
+        self._wakeup = LazyEvent()
+        self.idle = LazyEvent()  # set while nothing is being produced or pending
         self.idle.set()
         self._current: Utterance | None = None
         self._current_task: asyncio.Task[None] | None = None

@@ -34,6 +34,7 @@ from gateway.nack.store import FrameStore
 from gateway.net.udp_mux import MuxGroup
 from gateway.receive.receive_path import ReceivePath
 from gateway.runtime.clock import wall_ms, wall_offset
+from gateway.runtime.lazy_event import LazyEvent, make_lazy
 from gateway.webrtc.batch_sender import BatchStream, ParkedTrack
 from gateway.webrtc.red_sender import RedSender
 from gateway.webrtc.retransmission import Retransmitter
@@ -71,7 +72,7 @@ class WebRtcLeg:
         self.connected_at: float | None = None  # DTLS (and so SRTP) up: media can flow
         self.answered_at: float | None = None
         self.ice_connected_at: float | None = None
-        self.connected = asyncio.Event()
+        self.connected = LazyEvent()
         self.dtls_released = False
         self.direction = answer_direction(offer, options.uplink)
         self.on_failed: Callable[[str], None] = lambda reason: None  # set by the session
@@ -191,6 +192,7 @@ class WebRtcLeg:
                 if self.options.release_dtls and "application" not in self.offer.media_kinds:
                     transport = self._transceiver.sender.transport
                     self.dtls_released = aiortc_compat.release_dtls(transport)
+                aiortc_compat.lazy_events(self.pc, make_lazy)  # ≈ 4 KB: docs/density.md
                 self.connected.set()
             elif state in ("failed", "closed"):
                 self.on_failed(f"peer connection {state}")

@@ -1,0 +1,103 @@
+"""A connected session's aiortc Events are lazy and its idle receiver has no decoder queue
+(issue 28's memory), and nothing a peer or the gateway does changes: media flows, the session
+closes, a receiver started later still decodes."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import numpy as np
+import pytest
+from aiortc import RTCPeerConnection
+
+from gateway.aiortc_compat import lazy
+from gateway.runtime.lazy_event import LazyEvent, make_lazy
+
+
+async def connected_session(gateway):
+    session = next(iter(gateway.registry))
+    await asyncio.wait_for(session.webrtc.connected.wait(), timeout=5)
+    return session
+
+
+async def test_a_listener_session_is_slimmed_and_still_streams_and_closes(connect, gateway):
+    client = await connect()
+    session = await connected_session(gateway)
+    transceiver = session.webrtc.pc.getTransceivers()[0]
+    for name in lazy.SENDER_EVENTS:
+        assert type(getattr(transceiver.sender, name)) is LazyEvent, name
+    for name in lazy.RECEIVER_EVENTS:
+        assert type(getattr(transceiver.receiver, name)) is LazyEvent, name
+    for name in lazy.RECEIVER_DECODER:  # a recvonly offer: the gateway's receiver never starts
+        assert getattr(transceiver.receiver, name) is None, name
+    result = await client.say("hi", voice="tone")
+    done = await client.wait_utterance(result.utterance["id"])
+    assert done["state"] == "done"
+    await client.close()  # the gateway's side closes too: the sender's stop waits on its Events
+    await asyncio.wait_for(session.closed.wait(), timeout=5)
+
+
+async def test_a_duplex_session_keeps_its_started_receiver(start_gateway):
+    from gateway.client.peer import GatewayClient
+    from gateway.testing.mic_track import RecordedMic
+
+    gateway = await start_gateway(duplex=True)
+    client = GatewayClient(gateway.url, gateway.http)
+    await client.connect(mic=RecordedMic(np.zeros(0, dtype=np.int16), 24_000))
+    try:
+        session = await connected_session(gateway)
+        receiver = session.webrtc.pc.getTransceivers()[0].receiver
+        assert getattr(receiver, lazy.RECEIVER_STARTED) is True
+        assert getattr(receiver, lazy.RECEIVER_DECODER[0]) is not None  # left alone
+    finally:
+        await client.close()
+
+
+async def test_an_idle_receiver_started_later_gets_its_queue_back():
+    pc = RTCPeerConnection()
+    try:
+        receiver = pc.addTransceiver("audio", direction="sendrecv").receiver
+        assert lazy.idle_receiver(receiver)
+        assert getattr(receiver, lazy.RECEIVER_DECODER[0]) is None
+        # receive() remakes them before its own body runs (which then needs a real transport)
+        with pytest.raises(Exception):  # noqa: B017 - a never-negotiated receiver cannot start
+            await receiver.receive(None)  # type: ignore[arg-type]
+        assert getattr(receiver, lazy.RECEIVER_DECODER[0]) is not None
+        assert getattr(receiver, lazy.RECEIVER_DECODER[1]) is not None
+    finally:
+        await pc.close()
+
+
+async def test_lazy_event_is_an_event_with_no_deque_until_waited():
+    event = LazyEvent()
+    assert isinstance(event, asyncio.Event) and not event.is_set()
+    assert not hasattr(event._waiters, "append")  # no deque yet
+    waiter = asyncio.ensure_future(event.wait())
+    await asyncio.sleep(0)
+    assert len(event._waiters) == 1
+    event.set()
+    assert await waiter is True
+    assert not hasattr(event._waiters, "append")  # dropped with its last waiter
+    event.clear()
+    cancelled = asyncio.ensure_future(event.wait())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert not event._waiters and not event.is_set()
+
+
+async def test_make_lazy_keeps_the_state_and_refuses_a_waited_event():
+    done = asyncio.Event()
+    done.set()
+    assert make_lazy(done) and type(done) is LazyEvent and done.is_set()
+    assert await done.wait() is True
+    waited = asyncio.Event()
+    waiter = asyncio.ensure_future(waited.wait())
+    await asyncio.sleep(0)
+    assert not make_lazy(waited)  # someone waits: left as it is
+    waited.set()
+    await waiter
+    assert not make_lazy(LazyEvent())  # already lazy
+    gc.collect()
