@@ -12,7 +12,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from gateway.aiortc_compat import lazy
-from gateway.runtime.lazy_event import LazyEvent, make_lazy
+from gateway.runtime.lazy_event import LazyEvent, asyncio_problems, make_lazy, slim_queue
 
 
 async def connected_session(gateway):
@@ -31,6 +31,9 @@ async def test_a_listener_session_is_slimmed_and_still_streams_and_closes(connec
         assert type(getattr(transceiver.receiver, name)) is LazyEvent, name
     for name in lazy.RECEIVER_DECODER:  # a recvonly offer: the gateway's receiver never starts
         assert getattr(transceiver.receiver, name) is None, name
+    connection = transceiver.sender.transport.transport._connection
+    for name in lazy.ICE_QUEUES:
+        assert getattr(connection, name)._putters == (), name
     result = await client.say("hi", voice="tone")
     done = await client.wait_utterance(result.utterance["id"])
     assert done["state"] == "done"
@@ -101,3 +104,24 @@ async def test_make_lazy_keeps_the_state_and_refuses_a_waited_event():
     await waiter
     assert not make_lazy(LazyEvent())  # already lazy
     gc.collect()
+
+
+def test_the_asyncio_internals_are_where_they_were():
+    assert asyncio_problems() == []
+
+
+async def test_a_slimmed_queue_still_queues_and_joins():
+    q: asyncio.Queue[int] = asyncio.Queue()
+    assert slim_queue(q)
+    getter = asyncio.ensure_future(q.get())
+    await asyncio.sleep(0)
+    q.put_nowait(1)
+    await q.put(2)  # never blocks: unbounded
+    assert await getter == 1 and q.get_nowait() == 2
+    q.task_done()
+    joined = asyncio.ensure_future(q.join())
+    await asyncio.sleep(0)
+    assert not joined.done()
+    q.task_done()
+    await asyncio.wait_for(joined, 1)
+    assert not slim_queue(asyncio.Queue(4))  # bounded: its putters may wait

@@ -63,7 +63,8 @@ Touched:
   ``RTCRtpReceiver.__rtcp_started`` / ``__rtcp_exited``, ``RTCIceTransport.__start``:
   ``lazy_events`` makes them lazy Events in place (≈ 4 KB a session); ``RTCRtpReceiver.__started`` /
   ``__decoder_queue`` / ``__decoder_error`` and ``receive`` (wrapped once): a never-started
-  receiver's decoder queue is dropped and remade if it ever starts (≈ 5 KB).
+  receiver's decoder queue is dropped and remade if it ever starts (≈ 5 KB); aioice
+  ``Connection._check_list_state`` / ``_queue``: slimmed by the caller's ``slim_queue``.
 """
 
 from __future__ import annotations

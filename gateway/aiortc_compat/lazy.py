@@ -11,7 +11,9 @@ runtime's) in place: same object, same state, the deque made again only by a ``w
 transceiver's: a WHEP listener's, the load bench's): its decoder thread's ``queue.Queue``
 (a lock, three ``threading.Condition``s and their deques) and ``threading.Event`` (≈ 5 KB) are
 dropped, and made again by ``RTCRtpReceiver.receive`` (wrapped once, process-wide) if a later
-negotiation ever starts it.
+negotiation ever starts it. aioice's connection has two unbounded ``asyncio.Queue``s (its
+check list's state, the data it receives): with the caller's ``slim_queue`` each loses its
+idle deques (≈ 1.2 KB).
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from typing import Any
 
 from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCRtpSender
 
+from gateway.aiortc_compat._common import _ice_connections
 from gateway.aiortc_compat.teardown import peer_connection_transports
 
 SENDER_EVENTS = ("_RTCRtpSender__rtp_started", "_RTCRtpSender__rtp_exited",
                  "_RTCRtpSender__rtcp_started", "_RTCRtpSender__rtcp_exited")
 RECEIVER_EVENTS = ("_RTCRtpReceiver__rtcp_started", "_RTCRtpReceiver__rtcp_exited")
 ICE_EVENTS = ("_RTCIceTransport__start",)  # None until ``start``
+ICE_QUEUES = ("_check_list_state", "_queue")  # aioice Connection's: unbounded asyncio.Queues
 RECEIVER_STARTED = "_RTCRtpReceiver__started"
 RECEIVER_DECODER = ("_RTCRtpReceiver__decoder_queue", "_RTCRtpReceiver__decoder_error")
 _RECEIVE_WRAPPED = "_gateway_idle_receiver_wrapped"
@@ -77,13 +81,19 @@ def _probe(pc: RTCPeerConnection) -> list[str]:
     for name in ICE_EVENTS:
         if not hasattr(ice, name):
             problems.append(f"RTCIceTransport.{name}")
+    connection = getattr(ice, "_connection", None)
+    for name in ICE_QUEUES:
+        if not isinstance(getattr(connection, name, None), asyncio.Queue):
+            problems.append(f"aioice.Connection.{name}")
     return problems
 
 
-def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool]) -> int:
+def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool],
+                slim_queue: Callable[[asyncio.Queue[Any]], bool] | None = None) -> int:
     """Each of ``pc``'s sender, receiver and ICE transport Events that nobody waits on, made
     lazy by ``make_lazy``, and each never-started receiver's decoder queue dropped
-    (``idle_receiver``); the number of objects made lazy or dropped."""
+    (``idle_receiver``), and with ``slim_queue`` aioice's two queues slimmed; the number of
+    objects made lazy, dropped or slimmed."""
     made = 0
     for transceiver in pc.getTransceivers():
         made += idle_receiver(transceiver.receiver)
@@ -99,6 +109,12 @@ def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool
             event = getattr(transport, name, None)
             if isinstance(event, asyncio.Event) and make_lazy(event):
                 made += 1
+    if slim_queue is not None:
+        for connection in _ice_connections(pc, ICE_QUEUES):
+            for name in ICE_QUEUES:
+                q = getattr(connection, name)
+                if isinstance(q, asyncio.Queue) and slim_queue(q):
+                    made += 1
     return made
 
 

@@ -37,13 +37,12 @@ class StoredPacket:
     packet: bytes  # the serialized RTP packet, resent unchanged
     payload: bytes  # the RTP payload it carries (an Opus packet, or RED wrapping Opus packets)
     frame: EncodedFrame | None
-    sent_at: float
     red: bool = False  # sent as RFC 2198 RED (``payload`` is the RED payload)
 
 
 class FrameStore:
     __slots__ = ("_abs_send_times", "_clock", "_indexes", "_newest", "_owners", "_packets",
-                 "_red", "_sent_at", "_seqs", "_timestamps", "capacity", "header", "recorded",
+                 "_red", "_seqs", "_timestamps", "capacity", "header", "recorded",
                  "red_header")
 
     def __init__(
@@ -57,7 +56,6 @@ class FrameStore:
         self._seqs = array("i", [-1]) * RING
         self._timestamps = array("I", [0]) * RING
         self._abs_send_times = array("I", [0]) * RING
-        self._sent_at = array("d", [0.0]) * RING
         self._packets: list[bytes] = [b""] * RING  # the Opus payloads
         self._owners: list[FrameOwner | None] = [None] * RING  # None: keep-alive silence
         self._indexes = array("I", [0]) * RING
@@ -82,12 +80,9 @@ class FrameStore:
         header comes from ``header``) for frame ``index`` of ``owner`` (None: keep-alive
         silence) and tell the owner; ``at``: the caller's clock reading, if it has one."""
         i = seq & (RING - 1)
-        if at is None:
-            at = self._clock()
         self._seqs[i] = seq
         self._timestamps[i] = timestamp
         self._abs_send_times[i] = abs_send_time
-        self._sent_at[i] = at
         self._packets[i] = payload
         self._red[i] = red
         self._owners[i] = owner
@@ -95,7 +90,7 @@ class FrameStore:
         self.recorded += 1
         if owner is not None:
             self._indexes[i] = index
-            owner.on_frame_sent(index, seq, timestamp, at)
+            owner.on_frame_sent(index, seq, timestamp, self._clock() if at is None else at)
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
@@ -116,7 +111,7 @@ class FrameStore:
         packet = header.build(seq, timestamp, self._abs_send_times[i].to_bytes(3, "big"), payload)
         owner = self._owners[i]
         frame = None if owner is None else EncodedFrame(payload, owner, self._indexes[i])
-        return StoredPacket(seq, timestamp, packet, payload, frame, self._sent_at[i], red)
+        return StoredPacket(seq, timestamp, packet, payload, frame, red)
 
     @property
     def newest_seq(self) -> int | None:

@@ -6,7 +6,8 @@ never waited on (a sender's "RTCP task exited", set once and read at close) or w
 (connected): 10.4 KB of a silent session's 94 KB of Python heap (bench/session_memory.py).
 ``LazyEvent`` behaves as ``asyncio.Event`` (it is one) but keeps an empty tuple until the first
 ``wait`` and drops the deque again when its last waiter leaves. ``make_lazy`` turns an existing
-``asyncio.Event`` with no waiters into one (``aiortc_compat`` does that to aiortc's).
+``asyncio.Event`` with no waiters into one (``aiortc_compat`` does that to aiortc's), and
+``slim_queue`` drops an unbounded ``asyncio.Queue``'s two idle deques (aioice's, ≈ 1.2 KB each).
 """
 
 from __future__ import annotations
@@ -49,3 +50,33 @@ def make_lazy(event: asyncio.Event) -> bool:
     event.__class__ = LazyEvent
     event._waiters = _NONE  # type: ignore[attr-defined]
     return True
+
+
+def slim_queue(q: asyncio.Queue[Any]) -> bool:
+    """An unbounded ``asyncio.Queue`` (exactly one) without its two idle deques: its ``join``
+    Event made lazy, and its putters' deque, which only a full queue's ``put`` appends to
+    (never, unbounded), an empty tuple (``get_nowait`` only loops over it). False (left alone)
+    for a bounded queue, a subclass, or one with a waiting putter."""
+    if type(q) is not asyncio.Queue or q.maxsize > 0 or q._putters:  # type: ignore[attr-defined]
+        return False
+    make_lazy(q._finished)  # type: ignore[attr-defined]
+    q._putters = _NONE  # type: ignore[attr-defined]
+    return True
+
+
+def asyncio_problems() -> list[str]:
+    """The asyncio internals this module relies on, missing from this Python (tests fail on
+    it: tests/test_lazy_session_events.py)."""
+    problems = []
+    event = asyncio.Event()
+    if not isinstance(getattr(event, "_waiters", None), collections.deque):
+        problems.append("asyncio.Event._waiters")
+    if getattr(event, "_value", None) is not False:
+        problems.append("asyncio.Event._value")
+    q: asyncio.Queue[Any] = asyncio.Queue()
+    for name in ("_putters", "_getters"):
+        if not isinstance(getattr(q, name, None), collections.deque):
+            problems.append(f"asyncio.Queue.{name}")
+    if not isinstance(getattr(q, "_finished", None), asyncio.Event):
+        problems.append("asyncio.Queue._finished")
+    return problems

@@ -34,7 +34,7 @@ from gateway.nack.store import FrameStore
 from gateway.net.udp_mux import MuxGroup
 from gateway.receive.receive_path import ReceivePath
 from gateway.runtime.clock import wall_ms, wall_offset
-from gateway.runtime.lazy_event import LazyEvent, make_lazy
+from gateway.runtime.lazy_event import LazyEvent, make_lazy, slim_queue
 from gateway.webrtc.batch_sender import BatchStream, ParkedTrack
 from gateway.webrtc.red_sender import RedSender
 from gateway.webrtc.retransmission import Retransmitter
@@ -192,7 +192,7 @@ class WebRtcLeg:
                 if self.options.release_dtls and "application" not in self.offer.media_kinds:
                     transport = self._transceiver.sender.transport
                     self.dtls_released = aiortc_compat.release_dtls(transport)
-                aiortc_compat.lazy_events(self.pc, make_lazy)  # ≈ 4 KB: docs/density.md
+                aiortc_compat.lazy_events(self.pc, make_lazy, slim_queue)  # docs/density.md
                 self.connected.set()
             elif state in ("failed", "closed"):
                 self.on_failed(f"peer connection {state}")
