@@ -64,6 +64,7 @@ class WebRtcLeg:
         udp_mux: MuxGroup | None = None,
     ) -> None:
         self.pc = RTCPeerConnection(rtc_config)
+        aiortc_compat.share_certificate(self.pc)  # one per process, not 6.4 KB a session
         self.udp_mux = udp_mux
         self.options = options
         self.offer = offer

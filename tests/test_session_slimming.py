@@ -1,6 +1,7 @@
-"""A connected session's aiortc Events are lazy and its idle receiver has no decoder queue
-(issue 28's memory), and nothing a peer or the gateway does changes: media flows, the session
-closes, a receiver started later still decodes."""
+"""What a session keeps, made smaller (issue 28's memory): a connected session's aiortc Events
+are lazy, its idle receiver has no decoder queue, aioice's queues are slimmed, its DTLS
+certificate is the process's; and nothing a peer or the gateway does changes: media flows, the
+session closes, a receiver started later still decodes, a day-old certificate is renewed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 from aiortc import RTCPeerConnection
 
-from gateway.aiortc_compat import lazy
+from gateway.aiortc_compat import memory as lazy
 from gateway.runtime.lazy_event import LazyEvent, asyncio_problems, make_lazy, slim_queue
 
 
@@ -125,3 +126,37 @@ async def test_a_slimmed_queue_still_queues_and_joins():
     q.task_done()
     await asyncio.wait_for(joined, 1)
     assert not slim_queue(asyncio.Queue(4))  # bounded: its putters may wait
+
+
+async def test_sessions_share_the_process_certificate(connect, gateway):
+    first, second = await connect(), await connect()
+    def fingerprints(client) -> set[str]:
+        return {line for line in client.pc.remoteDescription.sdp.splitlines()
+                if line.startswith("a=fingerprint")}
+
+    assert fingerprints(first) and fingerprints(first) == fingerprints(second)
+    certificates = {id(getattr(s.webrtc.pc, lazy.PC_CERTIFICATES)[0]) for s in gateway.registry}
+    assert len(certificates) == 1
+    result = await second.say("hi", voice="tone")
+    assert (await second.wait_utterance(result.utterance["id"]))["state"] == "done"
+
+
+def test_the_process_certificate_is_renewed_once_a_day_old():
+    import datetime
+
+    now = datetime.datetime.now(datetime.UTC)
+    cert = lazy.process_certificate(now)
+    assert lazy.process_certificate(now + datetime.timedelta(hours=23)) is cert
+    renewed = lazy.process_certificate(now + lazy.CERTIFICATE_RENEW_AFTER)
+    assert renewed is not cert
+    assert renewed.expires - now > datetime.timedelta(days=29)  # aiortc's: 30 days
+
+
+async def test_share_certificate_refuses_a_peer_connection_with_transports():
+    pc = RTCPeerConnection()
+    try:
+        pc.addTransceiver("audio", direction="sendonly")
+        with pytest.raises(RuntimeError):
+            lazy.share_certificate(pc)
+    finally:
+        await pc.close()

@@ -1,4 +1,5 @@
-"""aiortc's per-session ``asyncio.Event``s made lazy (issue 28's memory lever).
+"""What an aiortc session keeps, made smaller (issue 28's memory lever): lazy Events, an idle
+receiver without its decoder queue, aioice's queues slimmed, one DTLS certificate per process.
 
 An ``asyncio.Event`` makes a 624-byte deque at construction. Each session's sender has four
 (its RTP and RTCP tasks started / exited: waited only by ``stop``), its receiver two (its RTCP
@@ -14,18 +15,25 @@ dropped, and made again by ``RTCRtpReceiver.receive`` (wrapped once, process-wid
 negotiation ever starts it. aioice's connection has two unbounded ``asyncio.Queue``s (its
 check list's state, the data it receives): with the caller's ``slim_queue`` each loses its
 idle deques (≈ 1.2 KB).
+
+``share_certificate``: aiortc makes a DTLS certificate (an EC key and a self-signed X.509) for
+every peer connection, ≈ 6.4 KB of OpenSSL memory each. The gateway's sessions share one per
+process instead, as mediasoup's workers and browsers' origins do (the peer checks only the
+fingerprint the answer carries), made anew once it is a day old: aiortc's certificates are
+valid for 30 days, and a session keeps the one it started with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from aiortc import RTCPeerConnection, RTCRtpReceiver, RTCRtpSender
+from aiortc import RTCCertificate, RTCPeerConnection, RTCRtpReceiver, RTCRtpSender
 
 from gateway.aiortc_compat._common import _ice_connections
 from gateway.aiortc_compat.teardown import peer_connection_transports
@@ -38,9 +46,12 @@ ICE_QUEUES = ("_check_list_state", "_queue")  # aioice Connection's: unbounded a
 RECEIVER_STARTED = "_RTCRtpReceiver__started"
 RECEIVER_DECODER = ("_RTCRtpReceiver__decoder_queue", "_RTCRtpReceiver__decoder_error")
 _RECEIVE_WRAPPED = "_gateway_idle_receiver_wrapped"
+PC_CERTIFICATES = "_RTCPeerConnection__certificates"
+CERTIFICATE_RENEW_AFTER = datetime.timedelta(days=1)
+_shared: list[tuple[RTCCertificate, datetime.datetime]] = []  # the process's, and when made
 
 
-def _lazy_problems() -> list[str]:
+def _memory_problems() -> list[str]:
     """check_internals' part: the events are where this module looks for them (a probe peer
     connection, in a loop of its own when none runs: aiortc asks for the current one)."""
     try:
@@ -64,6 +75,10 @@ async def _probe_closed() -> list[str]:
 
 def _probe(pc: RTCPeerConnection) -> list[str]:
     problems: list[str] = []
+    certificates = getattr(pc, PC_CERTIFICATES, None)
+    if not (isinstance(certificates, list) and certificates
+            and all(isinstance(c, RTCCertificate) for c in certificates)):
+        problems.append(f"RTCPeerConnection.{PC_CERTIFICATES}")
     transceiver = pc.addTransceiver("audio", direction="sendonly")
     for obj, names in ((transceiver.sender, SENDER_EVENTS),
                        (transceiver.receiver, RECEIVER_EVENTS)):
@@ -144,3 +159,21 @@ def idle_receiver(receiver: RTCRtpReceiver) -> bool:
     for name in RECEIVER_DECODER:
         setattr(receiver, name, None)
     return True
+
+
+def process_certificate(now: datetime.datetime | None = None) -> RTCCertificate:
+    """The certificate this process's sessions share, made anew once a day old."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    if not _shared or now - _shared[0][1] >= CERTIFICATE_RENEW_AFTER:
+        _shared[:] = [(RTCCertificate.generateCertificate(), now)]
+    return _shared[0][0]
+
+
+def share_certificate(pc: RTCPeerConnection) -> None:
+    """``pc``'s DTLS certificate is the process's (call it before any transceiver exists: a
+    DTLS transport takes the list when it is made)."""
+    if not isinstance(getattr(pc, PC_CERTIFICATES, None), list):
+        raise RuntimeError(f"aiortc internals moved: RTCPeerConnection has no {PC_CERTIFICATES}")
+    if pc.getTransceivers():
+        raise RuntimeError("share_certificate: the peer connection already has transports")
+    setattr(pc, PC_CERTIFICATES, [process_certificate()])
