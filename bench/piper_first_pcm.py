@@ -5,12 +5,12 @@
 In this process, on the gateway's own Piper pool: for each of a dozen sentences (bench.latency's
 and two more), ``PiperSynthesizer.stream(text)`` until its first chunk, for
 - ``whole``: ``piper?split=0``, the whole ONNX graph per clause, peak-normalised (as before),
-- ``split-N``: the graph split at its decoder, the first word decoded first, N intra-op threads
+- ``split-N``: the graph split at its decoder, the first 120 ms decoded first, N intra-op threads
   per half (encoder and decoder sessions; 2 is the gateway's),
 interleaved sentence by sentence (whole, split-1, split-2, ...), ``--rounds`` times, after a
 warm-up of each. Printed: median / p90 / min of text -> first PCM (ms) per mode, and the load
 average. Also measured, from the same sentences:
-- the seam: the first piece (its first word, decoded with CONTEXT_FRAMES of right context)
+- the seam: a first piece (its first word, decoded with CONTEXT_FRAMES of right context)
   against the whole decode of the same latent frames, max |difference| in LSB over the piece,
 - the level: Piper's raw peak per sentence, and how far the fixed OUTPUT_GAIN puts each
   sentence from the peak-normalised level it had (dB; negative = softer), with the share of

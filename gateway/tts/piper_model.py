@@ -10,7 +10,7 @@ either side only (its receptive field: conv_pre's 3 frames, then the upsampling 
 10 frames each way in all for this voice). So a piece of frames ``[a, b)`` decoded together with
 ``CONTEXT_FRAMES`` frames either side gives the same samples as the whole sentence's decode, to
 within float rounding (tests/test_piper_model.py; bench/piper_first_pcm.py checks the seam), and
-the first word can be heard after the encoder and a decode of that word alone.
+the first 120 ms can be heard after the encoder and a decode of those frames alone.
 
 The split is made in memory from the voice's own ONNX file (the ``onnx`` package, in the
 ``voice`` extra already for Piper's phoneme durations); the tensor names are found by the
