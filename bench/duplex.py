@@ -96,6 +96,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "echo-smart-old": {"agent": "echo",
                        "extra": ["--turn-detector", "smart-turn", "--turn-probe-ms", "100",
                                  "--turn-question-silence-ms", "500"]},
+    # smart-turn with the speculative final at 60 ms of pause (the model's probe), not 100
+    "echo-smart-spec60": {"agent": "echo",
+                          "extra": ["--turn-detector", "smart-turn", "--asr-speculate-ms", "60"]},
     "chat": {"agent": "chat", "extra": []},
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
     # what the speculative final decode buys: the final decoded only once the turn has ended
