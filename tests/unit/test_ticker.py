@@ -121,11 +121,21 @@ async def test_tick_stamp_is_shared_within_a_fire_and_cleared_between_fires():
         if ticker.tick_stamp is None and ticker.firing:
             ticker.tick_stamp = stamp
 
+    loop = asyncio.get_running_loop()
+    done = [loop.create_future(), loop.create_future()]
+
+    def last_of(fire: int, stamp: tuple[int, int, bytes]) -> None:
+        sender(stamp)
+        done[fire].set_result(None)
+
     first = ticker.align(ticker.now() + 0.006)
-    for stamp in ((1, 1, b"\x00\x00\x01"), (2, 2, b"\x00\x00\x02")):
-        ticker.call_at(first, lambda s=stamp: sender(s))
-    ticker.call_at(first + 0.005, lambda: sender((3, 3, b"\x00\x00\x03")))
-    await asyncio.sleep(0.020)
+    ticker.call_at(first, lambda: sender((1, 1, b"\x00\x00\x01")))
+    ticker.call_at(first, lambda: last_of(0, (2, 2, b"\x00\x00\x02")))
+    await asyncio.wait_for(done[0], 1)
+    # armed only once the first fire is over: a late loop cannot run both ticks in one fire
+    # (it did on a busy CI machine, with the second tick armed 5 ms after the first)
+    ticker.call_at(ticker.align(ticker.now() + 0.006), lambda: last_of(1, (3, 3, b"\x00\x00\x03")))
+    await asyncio.wait_for(done[1], 1)
     assert ticker.fired == 2
     assert seen == [(True, None), (True, (1, 1, b"\x00\x00\x01")), (True, None)]
     assert ticker.tick_stamp is None and not ticker.firing
