@@ -30,10 +30,12 @@ KEPT = 20  # of which these speak through the whole test
 ROUNDS = 6  # the other 40 are closed one after another, then reopened, this many times
 CONNECT_AT_ONCE = 10
 #: The collector's own work (CPU time) per collection while streams are live. Measured here
-#: 2.6-6.2 ms (this process holds both sides, the clients' young objects too, and a busy
-#: machine's cache misses inflate it); the gateway process alone, under the soak, 2-3 ms. A
-#: full collection of this heap takes 150-250 ms.
-MAX_LIVE_PAUSE_CPU_MS = 10.0
+#: 2.6-8.1 ms (this process holds both sides, the clients' young objects too, and a busy
+#: machine's cache misses inflate it), once 12.4 ms in a fresh-clone CI run (2026-12-03, the
+#: same on the commit before the session-memory work: 4.4-6.3 ms locally for both); the
+#: gateway process alone, under the soak, 2-3 ms. A full collection of this heap takes
+#: 150-250 ms: the bound sits between, far from both.
+MAX_LIVE_PAUSE_CPU_MS = 25.0
 
 
 class PauseLog:
