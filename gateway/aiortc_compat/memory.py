@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from aiortc import RTCCertificate, RTCPeerConnection, RTCRtpReceiver, RTCRtpSender
+from aiortc import RTCCertificate, RTCPeerConnection, RTCRtpReceiver
 
 from gateway.aiortc_compat._common import _ice_connections
 from gateway.aiortc_compat.teardown import peer_connection_transports
@@ -104,32 +104,34 @@ def _probe(pc: RTCPeerConnection) -> list[str]:
 
 
 def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool],
-                slim_queue: Callable[[asyncio.Queue[Any]], bool] | None = None) -> int:
+                slim_queue: Callable[[asyncio.Queue[Any]], bool]) -> int:
     """Each of ``pc``'s sender, receiver and ICE transport Events that nobody waits on, made
-    lazy by ``make_lazy``, and each never-started receiver's decoder queue dropped
-    (``idle_receiver``), and with ``slim_queue`` aioice's two queues slimmed; the number of
+    lazy by ``make_lazy``, each never-started receiver's decoder queue dropped
+    (``idle_receiver``) and aioice's two queues slimmed by ``slim_queue``; the number of
     objects made lazy, dropped or slimmed."""
     made = 0
     for transceiver in pc.getTransceivers():
         made += idle_receiver(transceiver.receiver)
-        parts: list[tuple[RTCRtpSender | RTCRtpReceiver, tuple[str, ...]]] = [
-            (transceiver.sender, SENDER_EVENTS), (transceiver.receiver, RECEIVER_EVENTS)]
-        for obj, names in parts:
-            for name in names:
-                event = getattr(obj, name, None)
-                if isinstance(event, asyncio.Event) and make_lazy(event):
-                    made += 1
+        made += _made_lazy(transceiver.sender, SENDER_EVENTS, make_lazy)
+        made += _made_lazy(transceiver.receiver, RECEIVER_EVENTS, make_lazy)
     for transport in peer_connection_transports(pc):
-        for name in ICE_EVENTS:
-            event = getattr(transport, name, None)
-            if isinstance(event, asyncio.Event) and make_lazy(event):
+        made += _made_lazy(transport, ICE_EVENTS, make_lazy)
+    for connection in _ice_connections(pc, ICE_QUEUES):
+        for name in ICE_QUEUES:
+            q = getattr(connection, name)
+            if isinstance(q, asyncio.Queue) and slim_queue(q):
                 made += 1
-    if slim_queue is not None:
-        for connection in _ice_connections(pc, ICE_QUEUES):
-            for name in ICE_QUEUES:
-                q = getattr(connection, name)
-                if isinstance(q, asyncio.Queue) and slim_queue(q):
-                    made += 1
+    return made
+
+
+def _made_lazy(obj: object, names: tuple[str, ...],
+               make_lazy: Callable[[asyncio.Event], bool]) -> int:
+    """How many of ``obj``'s Events ``names`` (absent or None: skipped) ``make_lazy`` took."""
+    made = 0
+    for name in names:
+        event = getattr(obj, name, None)
+        if isinstance(event, asyncio.Event) and make_lazy(event):
+            made += 1
     return made
 
 

@@ -66,7 +66,7 @@ def slim_queue(q: asyncio.Queue[Any]) -> bool:
 
 def asyncio_problems() -> list[str]:
     """The asyncio internals this module relies on, missing from this Python (tests fail on
-    it: tests/test_lazy_session_events.py)."""
+    it: tests/test_session_slimming.py)."""
     problems = []
     event = asyncio.Event()
     if not isinstance(getattr(event, "_waiters", None), collections.deque):
