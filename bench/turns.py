@@ -11,7 +11,11 @@ loop's settings (session/duplex.py: speculation after 100 ms, 100 ms post-speech
 - end of speech -> end of turn: when the listener declared the (last) turn over, after the
   utterance's last sample of speech (stream time, 20 ms resolution); items with a false end are
   left out of it;
-- end of speech -> final transcript: the same to the final transcript (wall clock).
+- end of speech -> final transcript: the same to the final transcript (wall clock);
+- taken back ("back"): false ends after which the next turn's speech started within
+  ``CONTINUE_MS`` of the cut, which the duplex loop joins to the cut turn
+  (conversation/continuation.py) -- the listener's count; ``bench.continuation`` measures what
+  the agent is then asked, through the whole loop.
 
 Beside them, measured in the same run: the turn model's own inference time (its floor) and the
 Whisper decode time. ``python -m bench.turns [--quick] [--voices espeak,piper] [--variants
@@ -32,11 +36,12 @@ from typing import Any
 import numpy as np
 
 from bench.common import pct, write_results
+from gateway.conversation.continuation import CONTINUE_MS, continues
 from gateway.listen.listener import FinalTranscript, Listener
 from gateway.listen.recognizers import build_recognizer
 from gateway.listen.turn_loader import load_turn_model
 from gateway.listen.turn_model import TurnModel
-from gateway.listen.turns import SemanticOptions, SpeechStopped, TurnOptions
+from gateway.listen.turns import SemanticOptions, SpeechStarted, SpeechStopped, TurnOptions
 from gateway.listen.vad import build_vad
 from gateway.testing.spoken_audio import concat, silence, speak, trim
 
@@ -74,6 +79,7 @@ class Item:
 @dataclass
 class Outcome:
     stops: list[float] = field(default_factory=list)  # SpeechStopped.at
+    starts: list[float] = field(default_factory=list)  # SpeechStarted.at
     detected: list[float] = field(default_factory=list)  # SpeechStopped.detected_at
     reasons: list[str] = field(default_factory=list)
     final_at: float | None = None  # stream-equivalent seconds of the last final transcript
@@ -130,7 +136,9 @@ async def run_item(item: Item, recognizer: Any, model: TurnModel | None,
 
     async def read() -> None:
         async for event in listener.events():
-            if isinstance(event, SpeechStopped):
+            if isinstance(event, SpeechStarted):
+                outcome.starts.append(event.at)
+            elif isinstance(event, SpeechStopped):
                 outcome.stops.append(event.at)
                 outcome.detected.append(event.detected_at)
                 outcome.reasons.append(event.reason)
@@ -153,13 +161,19 @@ async def run_item(item: Item, recognizer: Any, model: TurnModel | None,
 
 
 def summarise(items: list[Item], outcomes: list[Outcome]) -> dict[str, Any]:
-    false_ends, latency, to_final, per_item = 0, [], [], []
+    false_ends, taken_back, latency, to_final, per_item = 0, 0, [], [], []
     for item, out in zip(items, outcomes, strict=True):
         early = [s for s in out.stops if s < item.speech_end_s - 0.1]
         false = bool(early)
         false_ends += false
+        # the duplex loop takes such a turn back when the user goes on within CONTINUE_MS of
+        # the cut (conversation/continuation.py): the next turn's speech starts that soon
+        back = false and all(any(continues(stop, start) for start in out.starts if start > stop)
+                             for stop in early)
+        taken_back += back
         last = out.detected[-1] if out.detected else None
         row = {"voice": item.voice, "text": item.text, "false_end": false,
+               "taken_back": back,
                "turns": len(out.stops), "reasons": out.reasons,
                "end_of_turn_ms": None, "final_ms": None, "transcripts": out.texts,
                "verdicts": [[round(p, 3), round(t * 1000)] for p, t in out.verdicts]}
@@ -179,6 +193,7 @@ def summarise(items: list[Item], outcomes: list[Outcome]) -> dict[str, Any]:
     return {
         "false_ends": false_ends, "items": len(items),
         "false_end_rate": round(false_ends / len(items), 3),
+        "false_ends_taken_back": taken_back, "continue_ms": CONTINUE_MS,
         "false_ends_in_paused": sum(r["false_end"] for r in per_item if "[" in r["text"]),
         "paused_items": len(paused),
         "end_of_speech_to_end_of_turn_ms": stats(latency),
@@ -267,11 +282,12 @@ def table(data: dict[str, Any]) -> str:
              f"turn model inference alone: median {data['turn_model_inference_ms']['median']} "
              f"ms (min {data['turn_model_inference_ms']['min']}); load average at start "
              f"{data['load_average_start']} (end {data['load_average_end']})",
-             f"{'detector':<27} {'false ends':>11} {'paused':>7} {'EoS->EoT med':>13} "
+             f"{'detector':<27} {'false ends':>11} {'back':>5} {'paused':>7} {'EoS->EoT med':>13} "
              f"{'p90':>5} {'EoS->final med':>15} {'p90':>5}"]
     for name, r in data["detectors"].items():
         eot, fin = r["end_of_speech_to_end_of_turn_ms"], r["end_of_speech_to_final_ms"]
         lines.append(f"{name:<27} {r['false_ends']:>4}/{r['items']:<6} "
+                     f"{r['false_ends_taken_back']:>5} "
                      f"{r['false_ends_in_paused']:>3}/{r['paused_items']:<3} "
                      f"{eot['median']!s:>13} {eot['p90']!s:>5} {fin['median']!s:>15} "
                      f"{fin['p90']!s:>5}")

@@ -476,6 +476,12 @@ class GatewayConfig:
         "is a question (the model hears a question's rise as unfinished)",
         group=DUPLEX,
     )
+    turn_continue_ms: int = opt(
+        _H("turn_continue_ms"),
+        "speech that starts this soon after the user's last word, over the reply, continues "
+        "that turn (the reply to the first half cut, both halves answered as one; 0: off)",
+        group=DUPLEX,
+    )
     barge_in_ms: int = opt(_H("barge_in_ms"), "speech over a reply this long cuts it", group=DUPLEX)
     barge_in_backoff_on_first_echo: bool = opt(
         _H("barge_in_backoff_on_first_echo"),

@@ -6,7 +6,8 @@ burst of ``pause_ms`` of voiced frames (gaps up to ``GAP_MS`` bridged) pauses it
 also the echo test: the reply's own echo stops with the reply, the user does not. After a
 ``grace_ms`` for the echo's tail (the echo path, the VAD's window), ``confirm_ms`` of voice
 while paused confirms the barge-in (the duplex loop cuts the reply); ``resume_ms`` without
-voice resumes it (a cough, a "hm", the echo), and so does ``max_pause_ms`` unconfirmed. An
+voice resumes it (a cough, a "hm", the echo), and so does ``max_pause_ms`` unconfirmed (a
+pending words decode, ``checking``, holds the quiet resume until it is back). An
 unconfirmed pause on a quiet burst (its loudest frame at most ``LEARN_CAP_DBFS``: the reply's
 echo, not a cough) teaches the gate the echo's level -- from then on a burst counts only frames
 ``ECHO_MARGIN_DB`` louder. The first such lesson of a reply only teaches the level: the level
@@ -15,11 +16,10 @@ later in the same reply wait twice the burst. A second echo pause in the same re
 learnt too low) doubles the burst the next pause needs (up to ``MAX_BACKOFF``, until the reply
 ends), so an echo with no canceller costs a few short pauses per reply, not one per word
 (``backoff_on_first_lesson``: back off on the first lesson too, as before 2026-12-02). Words
-heard (``words_heard`` on a transcript of the overlapping turn) confirm too, in the duplex
-loop -- only in a turn with voice while paused (``voiced_while_paused_ms``): with no canceller
-the overlapping turn holds the reply's echo, which Whisper sometimes mishears as other words
-("the one other end" for "The weather in London"), so words alone, over a pause the echo or
-a cough caused, are not the user's.
+heard while paused confirm too (conversation/paused_words.py: the stretch after the grace,
+decoded on its own): with no canceller the overlapping turn's own transcript holds the reply's
+echo, which Whisper sometimes mishears as other words ("the one other end" for "The weather in
+London"), so only the words of the paused stretch, where the echo is gone, are the user's.
 
 ``words_heard``: a transcript counts when at least half its words are neither fillers nor the
 reply's own words (an echo transcribes as the reply, give or take Whisper's mistakes).
@@ -72,6 +72,9 @@ class PauseGate:
     frame_ms: float = 20.0
     #: also back off on a reply's first echo lesson (the rule before 2026-12-02)
     backoff_on_first_lesson: bool = False
+    #: a decode of the words heard while paused is in flight: a quiet pause waits for it
+    #: (conversation/paused_words.py) rather than resume over a short "Stop."
+    checking: bool = False
     paused_at: float | None = None  # stream seconds
     pauses: int = 0
     resumes: int = 0
@@ -103,6 +106,11 @@ class PauseGate:
         return self._heard if self.paused_at is not None else 0.0
 
     @property
+    def burst_peak_dbfs(self) -> float:
+        """The loudest frame of the burst that paused (or is about to pause) the reply."""
+        return self._burst_peak
+
+    @property
     def needed_ms(self) -> float:
         """The burst that pauses the reply now (backed off after unconfirmed pauses)."""
         return self.pause_ms * self._backoff
@@ -125,7 +133,7 @@ class PauseGate:
                     return "cut"
             else:
                 self._quiet += self.frame_ms
-                if self._quiet >= self.resume_ms - 1e-6:
+                if self._quiet >= self.resume_ms - 1e-6 and not self.checking:
                     return self._resume()
             if (now - self.paused_at) * 1000 >= self.max_pause_ms:
                 return self._resume()
@@ -148,6 +156,14 @@ class PauseGate:
             return "pause"
         return None
 
+    def check_done(self) -> GateAction | None:
+        """The words decode came back without confirming: resume now if the pause has been
+        quiet long enough meanwhile."""
+        self.checking = False
+        if self.paused_at is not None and self._quiet >= self.resume_ms - 1e-6:
+            return self._resume()
+        return None
+
     def _resume(self) -> GateAction:
         self.resumed_on_echo = self._burst_peak <= LEARN_CAP_DBFS
         if self.resumed_on_echo:  # quiet enough to be the echo
@@ -163,6 +179,7 @@ class PauseGate:
     def confirmed(self) -> None:
         """The barge-in was confirmed and the reply cut: nothing left to resume."""
         self.paused_at = None
+        self.checking = False
         self._burst = self._gap = 0.0
         self._backoff = 1
         self.confirmations += 1

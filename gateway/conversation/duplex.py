@@ -40,7 +40,9 @@ import numpy as np
 
 from gateway.agent.base import Agent, AgentError, History
 from gateway.conversation.barge_in import PauseGate, words_heard
+from gateway.conversation.continuation import CONTINUE_MS, continues, joined
 from gateway.conversation.conversation import Conversation
+from gateway.conversation.paused_words import PausedWords, paused_words_from
 from gateway.listen.asr import Transcript
 from gateway.listen.listener import (
     SPECULATE_MS,
@@ -108,6 +110,8 @@ class Turn:
     utterances: list[Utterance] = field(default_factory=list)
     spoken: list[tuple[str, Utterance]] = field(default_factory=list)  # clause, its utterance
     interrupted: bool = False
+    continues: int | None = None  # began soon enough after this turn to continue it
+    superseded: bool = False  # continued by a later turn: its reply kept out of the history
     heard_text: str | None = None  # what the listener heard of the reply (once committed)
     heard_ms: int | None = None
     error: str | None = None
@@ -125,6 +129,7 @@ class Turn:
         return {
             "turn": self.number, "text": self.text, "reply": " ".join(self.reply),
             "utterances": [u.id for u in self.utterances], "interrupted": self.interrupted,
+            "continues": self.continues, "superseded": self.superseded,
             "heard_text": self.heard_text, "heard_ms": self.heard_ms,
             "error": self.error, "reply_done": self.replied_at is not None,
             "asr": {"speculative": self.speculative,
@@ -194,16 +199,18 @@ class Duplex:
         preempt: bool = True,
         pause_ms: int = 100,
         backoff_on_first_echo: bool = False,
+        continue_ms: int = CONTINUE_MS,
     ) -> None:
         self.conversation = conversation
+        self.continue_ms = continue_ms  # 0: a turn never continues the one before
         self._level_dbfs = -120.0  # the last frame heard (RMS), for the pause gate
         self._pausing = pause_ms > 0  # 0: the old rule, the barge-in minimum cuts at once
         self._gate = PauseGate(pause_ms=pause_ms or 100,
                                backoff_on_first_lesson=backoff_on_first_echo)
         self._overlap: set[int] = set()  # turns begun over a reply, not (yet) a barge-in
-        #: overlapping turns with voice while the reply was paused (after the gate's grace):
-        #: only their words confirm a barge-in (the echo stops with the pause, the user not)
-        self._voiced_over: set[int] = set()
+        #: words heard while the reply is paused (the only stretch without its echo) confirm
+        self._paused_words = PausedWords(listener.recognizer, self._paused_text,
+                                         self._paused_checked)
         #: the last pause: (the user's first voiced frame, when the playout was held)
         self.last_pause: tuple[float, float] | None = None
         self.preempt = preempt
@@ -253,7 +260,6 @@ class Duplex:
             for event in self.listener.push(frame):
                 if isinstance(event, SpeechStarted) and self.speaking:
                     self._overlap.add(self.listener.turn)
-                    self._voiced_over &= self._overlap  # bounded by the turns in overlap
                 elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
                     self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                     self.barge_in()
@@ -264,26 +270,48 @@ class Duplex:
         """Pause the reply's playout on the onset of voice over it; cut it if the voice goes
         on while it is paused, resume it if not (session/barge_in.py)."""
         detector = self.listener.detector
-        action = self._gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
-                                     now=detector.now, level_dbfs=self._level_dbfs)
-        if self._gate.voiced_while_paused_ms >= WORDS_NEED_VOICE_MS \
-                and self.listener.turn in self._overlap:
-            self._voiced_over.add(self.listener.turn)
+        gate = self._gate
+        action = gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
+                               now=detector.now, level_dbfs=self._level_dbfs)
         if action == "cut":
             started = detector.started_at if detector.started_at is not None else (
                 detector.time(detector.onset or 0))
             self.last_barge_in = (self._mono(started), time.monotonic())
             self.barge_in()
-        elif action == "pause":
+            return
+        self._gate_action(action)
+        if gate.paused_at is not None and self.listener.turn in self._overlap:
+            since = paused_words_from(gate)
+            self._paused_words.on_frame(gate, turn=self.listener.turn,
+                                        voiced=detector.voiced_now,
+                                        audio=lambda: detector.audio_since(since))
+
+    def _gate_action(self, action: str | None) -> None:
+        if action == "pause":
             self.conversation.pause()
-            onset = self._gate.burst_from if self._gate.burst_from is not None else detector.now
+            onset = self._gate.burst_from if self._gate.burst_from is not None \
+                else self.listener.detector.now
             self.last_pause = (self._mono(onset), time.monotonic())
             self.events.publish("reply_paused", turn=self.listener.turn)
         elif action == "resume":
-            if self._gate.resumed_on_echo:  # what it heard while paused was the echo's tail
-                self._voiced_over.discard(self.listener.turn)
             self.conversation.resume()
             self.events.publish("reply_resumed", turn=self.listener.turn)
+
+    def _paused_text(self, turn: int, transcript: Transcript) -> bool:
+        """A transcript of what was said while the reply was paused: the user's words cut it."""
+        if self._closed or turn != self.listener.turn or turn not in self._overlap \
+                or not self.speaking or not _speech(transcript) \
+                or not words_heard(transcript.text, self._reply_text()):
+            return False
+        detector = self.listener.detector
+        started = detector.started_at if detector.started_at is not None else detector.now
+        self.last_barge_in = (self._mono(started), time.monotonic())
+        self.barge_in()
+        return True
+
+    def _paused_checked(self) -> None:
+        if not self._closed:
+            self._gate_action(self._gate.check_done())
 
     def _clock(self, stream_s: float, at: float) -> None:
         """Stream time ``stream_s`` (the end of an ASR frame) was captured at ``at``."""
@@ -334,13 +362,16 @@ class Duplex:
         for turn in cut:
             turn.interrupted = True
         self.conversation.interrupt()  # queue emptied, synthesis cancelled: "interrupted"
+        earlier = self._continued(self._turn())
         for turn in cut:
-            self._commit(turn)
+            if turn is not earlier:  # that one waits for this turn's final (continuation)
+                self._commit(turn)
 
     def _commit(self, turn: Turn) -> None:
         """Record ``turn``'s exchange in the history, its reply as heard (once)."""
-        if turn.heard_text is not None or not turn.text.strip():
-            return
+        if turn.heard_text is not None or turn.superseded or not turn.text.strip() \
+                or any(t.continues == turn.number for t in self.turns):
+            return  # (a later turn may yet continue it: settled at that turn's final)
         heard = [self.conversation.heard(u, clause) for clause, u in turn.spoken]
         turn.heard_text = " ".join(h.text for h in heard if h.text)
         turn.heard_ms = sum(h.ms for h in heard)
@@ -366,7 +397,13 @@ class Duplex:
     def _on_event(self, event: object) -> None:
         publish = self.events.publish
         if isinstance(event, SpeechStarted):
-            self.turns.append(Turn(self.listener.turn, self._mono(event.at)))
+            turn = Turn(self.listener.turn, self._mono(event.at))
+            previous = self.turns[-1] if self.turns else None
+            # (its final may still be on its way: the text is joined at this turn's final)
+            if previous is not None and previous.heard_text is None and not previous.superseded \
+                    and continues(previous.stopped_at, turn.started_at, self.continue_ms):
+                turn.continues = previous.number
+            self.turns.append(turn)
             publish("speech_started", turn=self.listener.turn)
         elif isinstance(event, SpeechStopped):
             turn = self._turn()
@@ -382,7 +419,7 @@ class Duplex:
                 self.barge_in()  # words over the reply: no need to wait for the minimum
         elif isinstance(event, TentativeTranscript):
             if self.preempt and event.text.strip() and event.turn not in self._overlap:
-                self._prepare(event.turn, event.text)
+                self._prepare(event.turn, self._whole_text(event.turn, event.text))
         elif isinstance(event, FinalTranscript):
             turn = self._turn(event.turn)
             if event.turn in self._overlap:
@@ -391,19 +428,22 @@ class Duplex:
                     # a "hm", a cough, the reply's own echo: heard, not answered
                     publish("transcript", text=event.text, final=True, turn=event.turn,
                             overlap=True)
+                    self._settle_continuation(turn, answered=False)
                     return
                 if self.speaking:
                     self.barge_in()  # words over the reply: a barge-in after all
             publish("transcript", text=event.text, final=True, turn=event.turn)
+            text = self._whole_text(event.turn, event.text)
             prepared, self._prepared = self._prepared, None
             if prepared is not None and (turn is None or not event.text.strip()
                                          or (prepared.turn, prepared.text)
-                                         != (event.turn, event.text)):
+                                         != (event.turn, text)):
                 self._discard(prepared)
                 prepared = None
+            self._settle_continuation(turn, answered=bool(event.text.strip()))
             if turn is not None:
                 turn.transcript_at = time.monotonic()
-                turn.text = event.text
+                turn.text = text
                 turn.speculative = event.speculative
                 turn.asr_decode_s = event.transcript.decode_seconds or None
                 if event.transcript.decode_seconds:
@@ -414,16 +454,51 @@ class Duplex:
         elif isinstance(event, SegmentSkipped):
             # too short to decode (a click, a cough that passed the VAD): no reply comes
             publish("transcript", text="", final=True, turn=event.turn, skipped=True)
+            self._settle_continuation(self._turn(event.turn), answered=False)
         elif isinstance(event, TranscriptionFailed):
             publish("error", code="asr_failed", message=str(event.error), turn=event.turn)
+            self._settle_continuation(self._turn(event.turn), answered=False)
+
+    # -- a turn ended too early, taken back (conversation/continuation.py) ------------------
+    def _continued(self, turn: Turn | None) -> Turn | None:
+        """The earlier turn ``turn`` continues, while that one is still open to it."""
+        if turn is None or turn.continues is None:
+            return None
+        earlier = self._turn(turn.continues)
+        if earlier is None or earlier.superseded or earlier.heard_text is not None:
+            return None
+        return earlier
+
+    def _whole_text(self, number: int, text: str) -> str:
+        """``text`` of turn ``number``, with the turn it continues in front."""
+        earlier = self._continued(self._turn(number))
+        return text if earlier is None or not text.strip() else joined(earlier.text, text)
+
+    def _settle_continuation(self, turn: Turn | None, *, answered: bool) -> None:
+        """``turn``'s final is in: answered, the turn it continues is superseded (its reply
+        cut if still going, kept out of the history); not, that one stands as it was heard."""
+        earlier = self._continued(turn)
+        if earlier is None or turn is None:
+            return
+        if not answered:
+            turn.continues = None
+            if earlier.interrupted or (earlier.replied_at is not None and all(
+                    u.state in FINAL_STATES for u in earlier.utterances)):
+                self._commit(earlier)  # cut by this turn's barge-in, or played: as heard
+            return
+        earlier.superseded = True
+        if any(u.state not in FINAL_STATES for u in earlier.utterances):
+            earlier.interrupted = True
+            self.conversation.interrupt()
+        self.events.publish("turn_continued", turn=turn.number, continues=earlier.number)
 
     def _words_confirm(self, turn: int, text: str, transcript: Transcript) -> bool:
-        """A transcript of an overlapping turn says the user talked over the reply: speech,
-        the user's own words (not the reply's echo, not fillers) and, with the pause gate,
-        voice heard while the reply was paused (conversation/barge_in.py)."""
-        if not (_speech(transcript) and words_heard(text, self._reply_text())):
-            return False
-        return not self._pausing or turn in self._voiced_over
+        """A transcript of an overlapping turn says the user talked over the reply: speech, the
+        user's own words (not the reply's echo, not fillers). Only without the pause gate: with
+        it, only the words heard while the reply was paused confirm (``PausedWords``), as the
+        turn's own transcript holds the reply's echo (conversation/barge_in.py)."""
+        return not self._pausing and _speech(transcript) \
+            and words_heard(text, self._reply_text())
 
     def _turn(self, number: int | None = None) -> Turn | None:
         number = self.listener.turn if number is None else number
@@ -520,6 +595,7 @@ class Duplex:
         for task in (self._reply, self._task):
             if task is not None:
                 task.cancel()
+        await self._paused_words.close()
         await self.listener.close()
         for task in (self._reply, self._task):
             if task is not None:
@@ -529,6 +605,7 @@ class Duplex:
     def state(self) -> dict[str, Any]:
         return {"frames_heard": self.frames_heard, "barge_ins": self.barge_ins,
                 "reply_pauses": self._gate.pauses, "reply_resumes": self._gate.resumes,
+                "paused_word_decodes": self._paused_words.decodes,
                 "replies_prepared": self.replies_prepared,
                 "replies_prepared_used": self.replies_prepared_used,
                 **self.listener.stats(), **self.listener.turn_stats(),
@@ -560,11 +637,6 @@ def close_turn_models() -> None:
             close()
 
 
-#: voice while paused (after the gate's grace) that lets an overlapping turn's words confirm a
-#: barge-in: the echo's tail (its path, the VAD's window and hangover) can outlast the grace by
-#: a frame or two
-WORDS_NEED_VOICE_MS = 60.0
-
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
 
 
@@ -590,6 +662,9 @@ class HearingOptions:
     #: a reply's first echo pause also doubles the burst later pauses need (the rule before
     #: 2026-12-02; now the first one only learns the echo's level: conversation/barge_in.py)
     barge_in_backoff_on_first_echo: bool = False
+    #: a turn starting this soon after the previous one's last word, over its reply, continues
+    #: it (0: off; conversation/continuation.py)
+    turn_continue_ms: int = CONTINUE_MS
     partials: bool = True
     #: start the final decode after this much silence, before the turn ends (0: off); the
     #: segment's post-speech pad is then as long (at most POST_SPEECH_MS)
@@ -651,7 +726,8 @@ class DuplexFactory:
         duplex = Duplex(conversation, listener, self.agent, self.voice,
                         preempt=self.options.preemptive_reply,
                         pause_ms=self.options.barge_in_pause_ms,
-                        backoff_on_first_echo=self.options.barge_in_backoff_on_first_echo)
+                        backoff_on_first_echo=self.options.barge_in_backoff_on_first_echo,
+                        continue_ms=self.options.turn_continue_ms)
         duplex.set_turn_detector(turn_detector or self.options.turn_detector,
                                  self.options.semantic_options())
         return duplex

@@ -7,7 +7,8 @@ publisher, and never holds more than ``maxsize`` events. Event types (full duple
 heard over a reply and not answered), ``reply`` ``{text, utterance}``, ``reply_done`` ``{turn,
 text, utterances}``, ``utterance`` ``{id, state}``, ``reply_paused`` / ``reply_resumed``
 ``{turn}`` (voice over a reply, before it is confirmed as a barge-in), ``interrupted``
-``{utterance, heard_ms, heard_text}``, ``word`` ``{utterance, word, start_ms, end_ms}`` (when
+``{utterance, heard_ms, heard_text}``, ``turn_continued`` ``{turn, continues}`` (a turn ended
+too early, taken back: conversation/continuation.py), ``word`` ``{utterance, word, start_ms, end_ms}`` (when
 the listener hears it begin: gateway.conversation.words), ``error`` ``{code, message}``.
 
 ``word`` events cost a timer pass per playing session while they are followed, so they are only

@@ -204,6 +204,14 @@ class TurnDetector:
             return np.zeros(0, dtype=np.int16)
         return np.concatenate(self._segment)
 
+    def audio_since(self, stream_s: float) -> np.ndarray:
+        """The current turn's audio from stream time ``stream_s`` on (its frames that start
+        there or later); empty when not in speech."""
+        first = max(0, round(stream_s * 1000 / self.options.frame_ms) - self._segment_first)
+        if not self._segment or first >= len(self._segment):
+            return np.zeros(0, dtype=np.int16)
+        return np.concatenate(self._segment[first:])
+
     # -- feeding ----------------------------------------------------------------------------
     def push(self, frame: np.ndarray, probability: float) -> list[TurnEvent]:
         if len(frame) != self.options.frame_samples:

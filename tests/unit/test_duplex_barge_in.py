@@ -240,6 +240,106 @@ async def test_words_over_a_pause_with_no_voice_while_paused_do_not_cut():
     await rig.close()
 
 
+class EchoMishearing:
+    """Whisper on an uplink with no echo canceller: a clip holding the reply's echo (frames of
+    amplitude ~1020 here, -30 dBFS: as quiet as the gate takes an echo to be) comes out as
+    misheard words; the user alone (~9000) as ``user``."""
+
+    name = "mishears"
+
+    def __init__(self) -> None:
+        self.user = "Hmm."
+        self.clips: list[np.ndarray] = []
+
+    async def transcribe(self, audio16k: np.ndarray, *, final: bool) -> Transcript | None:
+        self.clips.append(audio16k)
+        frames = audio16k[: len(audio16k) // 320 * 320].reshape(-1, 320)
+        echo = any(900 < np.median(np.abs(f)) < 1200 for f in frames)
+        text = "the one other end" if echo else self.user
+        return Transcript(text, final, len(audio16k) / 16_000)
+
+    async def close(self) -> None:
+        return None
+
+
+ECHO = 1020  # -30.1 dBFS: voiced for LoudIsSpeech, and no louder than an echo
+
+
+async def hear_level(rig: Rig, ms: int, level: int) -> None:
+    frame = np.full(UP, level, dtype=np.int16)
+    for _ in range(ms // 20):
+        rig.duplex.hear(frame)
+        await asyncio.sleep(0)
+
+
+async def wait_for(predicate, seconds: float = 2.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_only_the_words_said_while_paused_confirm_a_barge_in():
+    # the bench's "hm" case: the reply's echo starts the overlapping turn and pauses the reply,
+    # the user says "hm" while it is paused; the turn's own transcript (echo included) reads
+    # as other words, the paused stretch's as a filler: not cut, resumed, not answered
+    rig = Rig()
+    recognizer = EchoMishearing()
+    rig.duplex.listener.recognizer = recognizer
+    rig.duplex._paused_words.recognizer = recognizer
+    turn = await rig.reply()
+    rig.play(10)
+    await hear_level(rig, 140, ECHO)  # the echo: a burst that pauses the reply
+    assert rig.conversation.paused
+    await hear_level(rig, 240, 9000)  # "hm", while paused
+    await hear_level(rig, 700, 0)
+    await wait_for(lambda: any(t.get("overlap") for t in rig.of("transcript")))
+    assert not rig.conversation.paused and rig.of("reply_resumed")
+    assert turn.utterances[0].state is UtteranceState.PLAYING and rig.agent.calls == []
+    overlap = [t for t in rig.of("transcript") if t.get("overlap")]
+    assert [t["text"] for t in overlap] == ["the one other end"]  # the whole turn, heard
+    state = rig.duplex.state()
+    assert state["paused_word_decodes"] >= 1
+    window = recognizer.clips[0]  # the paused stretch: no echo in it, the hm and its end
+    assert len(window) < 16_000 * 0.5 and np.abs(window).max() > 8000
+    # the echo again: the gate learnt its level from that pause, it no longer pauses
+    rig.play(2)
+    await hear_level(rig, 140, ECHO)
+    assert not rig.conversation.paused
+    # the user's words pause it (louder than an echo: the window starts at their onset) and
+    # are decoded at the first quiet frame after them: cut at once, the turn answered
+    recognizer.user = "Wait, stop."
+    await hear_level(rig, 200, 0)
+    await hear_level(rig, 240, 9000)
+    assert rig.conversation.paused
+    await hear_level(rig, 100, 0)
+    await wait_for(lambda: rig.duplex.barge_ins)
+    assert turn.utterances[0].state is UtteranceState.INTERRUPTED
+    await hear_level(rig, 700, 0)
+    await wait_for(lambda: rig.agent.calls)
+    # answered: the overlapping turn's own transcript (its segment began on the echo)
+    assert [text for text, _ in rig.agent.calls] == ["the one other end"]
+    await rig.close()
+
+
+def test_a_pending_words_decode_holds_the_quiet_resume():
+    gate = PauseGate(confirm_ms=600, resume_ms=160)
+    assert run(gate, "vvvvv" + "vvvvvv") == {4: "pause"}  # frames 0.02-0.22 s
+    gate.checking = True  # the words of those 6 frames are being decoded
+    assert run(gate, "." * 20, start=0.22) == {}  # quiet, but not resumed over the decode
+    assert gate.paused and gate.check_done() == "resume" and not gate.paused
+    early = PauseGate(confirm_ms=600, resume_ms=160)
+    run(early, "vvvvv" + "vvvvvv")
+    early.checking = True
+    run(early, "..", start=0.22)
+    assert early.check_done() is None and early.paused  # back before the pause went quiet
+    assert run(early, "......", start=0.26) == {5: "resume"}
+    capped = PauseGate(confirm_ms=600, resume_ms=160, max_pause_ms=500)
+    run(capped, "vvvvv" + "vvvvvv")
+    capped.checking = True
+    assert run(capped, "." * 30, start=0.22) == {18: "resume"}  # max_pause_ms still holds
+
+
 def run(gate: PauseGate, pattern: str, start: float = 0.0, audible: bool = True,
         level: float = -20.0):
     """Frames: 'v' voiced, '.' not; the actions taken, by frame index."""
