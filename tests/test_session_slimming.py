@@ -13,7 +13,7 @@ import pytest
 from aiortc import RTCPeerConnection
 
 from gateway.aiortc_compat import memory as lazy
-from gateway.runtime.lazy_event import LazyEvent, asyncio_problems, make_lazy, slim_queue
+from gateway.runtime.lazy_event import Fifo, LazyEvent, asyncio_problems, make_lazy, slim_queue
 
 
 async def connected_session(gateway):
@@ -35,6 +35,8 @@ async def test_a_listener_session_is_slimmed_and_still_streams_and_closes(connec
     connection = transceiver.sender.transport.transport._connection
     for name in lazy.ICE_QUEUES:
         assert getattr(connection, name)._putters == (), name
+        assert type(getattr(connection, name)._queue) is Fifo, name
+    assert getattr(connection, lazy.ICE_EARLY_CHECKS[0]) == ()  # connect() has run them
     result = await client.say("hi", voice="tone")
     done = await client.wait_utterance(result.utterance["id"])
     assert done["state"] == "done"
@@ -126,6 +128,23 @@ async def test_a_slimmed_queue_still_queues_and_joins():
     q.task_done()
     await asyncio.wait_for(joined, 1)
     assert not slim_queue(asyncio.Queue(4))  # bounded: its putters may wait
+
+
+async def test_a_queue_slimmed_with_getters_waiting_keeps_their_order_and_its_items():
+    q: asyncio.Queue[int] = asyncio.Queue()
+    q.put_nowait(0)
+    assert q.get_nowait() == 0
+    first, cut, second = (asyncio.ensure_future(q.get()) for _ in range(3))
+    await asyncio.sleep(0)
+    assert slim_queue(q) and type(q._getters) is Fifo and len(q._getters) == 3
+    cut.cancel()
+    await asyncio.sleep(0)
+    assert len(q._getters) == 2  # a cancelled getter removes itself
+    for item in (1, 2, 3):
+        q.put_nowait(item)
+    assert await asyncio.wait_for(first, 1) == 1 and await asyncio.wait_for(second, 1) == 2
+    assert q.qsize() == 1 and q.get_nowait() == 3 and q.empty()
+    assert slim_queue(q)  # again: nothing to move
 
 
 async def test_sessions_share_the_process_certificate(connect, gateway):

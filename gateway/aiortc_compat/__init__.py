@@ -64,7 +64,8 @@ Touched:
   ``lazy_events`` makes them lazy Events in place (≈ 4 KB a session); ``RTCRtpReceiver.__started`` /
   ``__decoder_queue`` / ``__decoder_error`` and ``receive`` (wrapped once): a never-started
   receiver's decoder queue is dropped and remade if it ever starts (≈ 5 KB); aioice
-  ``Connection._check_list_state`` / ``_queue``: slimmed by the caller's ``slim_queue``;
+  ``Connection._check_list_state`` / ``_queue``: slimmed by the caller's ``slim_queue``,
+  ``_early_checks`` / ``_early_checks_done``: the deque dropped once ``connect`` ran them;
   ``RTCPeerConnection.__certificates``: ``share_certificate`` gives every session the process's
   DTLS certificate (≈ 6.4 KB of OpenSSL memory a session).
 """

@@ -13,8 +13,10 @@ transceiver's: a WHEP listener's, the load bench's): its decoder thread's ``queu
 (a lock, three ``threading.Condition``s and their deques) and ``threading.Event`` (≈ 5 KB) are
 dropped, and made again by ``RTCRtpReceiver.receive`` (wrapped once, process-wide) if a later
 negotiation ever starts it. aioice's connection has two unbounded ``asyncio.Queue``s (its
-check list's state, the data it receives): with the caller's ``slim_queue`` each loses its
-idle deques (≈ 1.2 KB).
+check list's state, the data it receives): with the caller's ``slim_queue`` each keeps no
+deque (≈ 2.7 KB a queue), and its bounded deque of checks that came before ``connect`` had the
+peer's password (``_early_checks``: emptied by ``connect`` and never read again) is dropped
+(0.7 KB).
 
 ``share_certificate``: aiortc makes a DTLS certificate (an EC key and a self-signed X.509) for
 every peer connection, ≈ 6.4 KB of OpenSSL memory each. The gateway's sessions share one per
@@ -26,6 +28,7 @@ valid for 30 days, and a session keeps the one it started with.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import functools
 import queue
@@ -43,6 +46,8 @@ SENDER_EVENTS = ("_RTCRtpSender__rtp_started", "_RTCRtpSender__rtp_exited",
 RECEIVER_EVENTS = ("_RTCRtpReceiver__rtcp_started", "_RTCRtpReceiver__rtcp_exited")
 ICE_EVENTS = ("_RTCIceTransport__start",)  # None until ``start``
 ICE_QUEUES = ("_check_list_state", "_queue")  # aioice Connection's: unbounded asyncio.Queues
+#: aioice Connection's deque of checks held until ``connect``, and "connect has run them"
+ICE_EARLY_CHECKS = ("_early_checks", "_early_checks_done")
 RECEIVER_STARTED = "_RTCRtpReceiver__started"
 RECEIVER_DECODER = ("_RTCRtpReceiver__decoder_queue", "_RTCRtpReceiver__decoder_error")
 _RECEIVE_WRAPPED = "_gateway_idle_receiver_wrapped"
@@ -100,6 +105,11 @@ def _probe(pc: RTCPeerConnection) -> list[str]:
     for name in ICE_QUEUES:
         if not isinstance(getattr(connection, name, None), asyncio.Queue):
             problems.append(f"aioice.Connection.{name}")
+    checks, done = ICE_EARLY_CHECKS
+    if not isinstance(getattr(connection, checks, None), collections.deque):
+        problems.append(f"aioice.Connection.{checks}")
+    if getattr(connection, done, None) is not False:  # False until connect() has run them
+        problems.append(f"aioice.Connection.{done}")
     return problems
 
 
@@ -107,8 +117,9 @@ def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool
                 slim_queue: Callable[[asyncio.Queue[Any]], bool]) -> int:
     """Each of ``pc``'s sender, receiver and ICE transport Events that nobody waits on, made
     lazy by ``make_lazy``, each never-started receiver's decoder queue dropped
-    (``idle_receiver``) and aioice's two queues slimmed by ``slim_queue``; the number of
-    objects made lazy, dropped or slimmed."""
+    (``idle_receiver``), aioice's two queues slimmed by ``slim_queue`` and its early checks'
+    deque dropped once ``connect`` has run them; the number of objects made lazy, dropped or
+    slimmed."""
     made = 0
     for transceiver in pc.getTransceivers():
         made += idle_receiver(transceiver.receiver)
@@ -116,12 +127,24 @@ def lazy_events(pc: RTCPeerConnection, make_lazy: Callable[[asyncio.Event], bool
         made += _made_lazy(transceiver.receiver, RECEIVER_EVENTS, make_lazy)
     for transport in peer_connection_transports(pc):
         made += _made_lazy(transport, ICE_EVENTS, make_lazy)
-    for connection in _ice_connections(pc, ICE_QUEUES):
+    for connection in _ice_connections(pc, ICE_QUEUES + ICE_EARLY_CHECKS):
         for name in ICE_QUEUES:
             q = getattr(connection, name)
             if isinstance(q, asyncio.Queue) and slim_queue(q):
                 made += 1
+        made += _early_checks_dropped(connection)
     return made
+
+
+def _early_checks_dropped(connection: Any) -> bool:
+    """aioice appends a check to ``_early_checks`` only until ``connect`` has run them (and
+    set ``_early_checks_done``; an ICE restart keeps the connection): an empty tuple then."""
+    checks, done = ICE_EARLY_CHECKS
+    held = getattr(connection, checks)
+    if getattr(connection, done) is not True or held or isinstance(held, tuple):
+        return False
+    setattr(connection, checks, ())
+    return True
 
 
 def _made_lazy(obj: object, names: tuple[str, ...],

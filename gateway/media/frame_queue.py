@@ -10,19 +10,21 @@ the queue then looks empty to its consumer -- ``len`` 0, ``pop*`` None, ``wait_r
 so a paced stream sends its silence, and the producer, once the queue is full, waits as usual;
 ``release`` plays on from the same frame.
 
-Frames are kept as their payloads in one deque and their owners run-length encoded (a run:
+Frames are kept as their payloads in one list and their owners run-length encoded (a run:
 owner, first index, count -- one per utterance and sink, as frames arrive in order), not as
 ``EncodedFrame`` objects: a frame waits here up to a second, long enough to be promoted to the
 collector's old generation, and hundreds of streams' worth of such objects made CPython's full
 collections pause every stream (bench/load.py, ``gc`` in /healthz). Bytes are not tracked by the
 collector; a run is one small list per utterance. ``pop_run`` takes a run's frames at once (a
-live HTTP write), with no per-frame bookkeeping.
+live HTTP write), with no per-frame bookkeeping. Lists, not deques: an empty deque is a
+624-byte block, and every session has a queue, empty while it is silent; a list of a queue's
+few dozen frames pops from its front in a memmove of a few hundred bytes (bench.session_memory:
+1.4 KB a silent session).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +44,9 @@ class FrameQueue:
             raise ValueError("low_water must be in 0..maxsize-1")
         self.maxsize = maxsize
         self.low_water = low
-        self._payloads: deque[bytes] = deque()
+        self._payloads: list[bytes] = []
         # [owner, index of the run's next frame, frames left in the run], oldest first
-        self._runs: deque[list[Any]] = deque()
+        self._runs: list[list[Any]] = []
         self._space = LazyEvent()
         self._space.set()
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
@@ -101,7 +103,7 @@ class FrameQueue:
     ) -> None:
         """Append consecutive frames of one owner, ``payloads[start:]`` (indexes from
         ``first_index``), as many at a time as there is room for: a phrase-cache replay costs a
-        few deque extends -- no coroutine call and no object per frame, and no copy of the
+        few list extends -- no coroutine call and no object per frame, and no copy of the
         phrase (``start`` instead of a slice)."""
         done = start
         while done < len(payloads):
@@ -166,11 +168,11 @@ class FrameQueue:
         run = self._runs[0]
         owner, index = run[0], run[1]
         if run[2] == 1:
-            self._runs.popleft()
+            del self._runs[0]
         else:
             run[1] = index + 1
             run[2] -= 1
-        payload = payloads.popleft()
+        payload = payloads.pop(0)
         if len(payloads) <= self.low_water and not self._space.is_set():
             self._space.set()
         return payload, owner, index
@@ -185,13 +187,13 @@ class FrameQueue:
         owner, first, left = run
         if limit >= left:
             count = left
-            self._runs.popleft()
+            del self._runs[0]
         else:
             count = limit
             run[1] = first + count
             run[2] = left - count
-        popleft = payloads.popleft
-        out = [popleft() for _ in range(count)]
+        out = payloads[:count]
+        del payloads[:count]
         if len(payloads) <= self.low_water and not self._space.is_set():
             self._space.set()
         return out, owner, first

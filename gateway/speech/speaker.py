@@ -1,20 +1,27 @@
 """The per-conversation speaker: the queue of utterances, their order and their interrupts.
 
-Utterances wait in a bounded list and are produced one at a time, in order, by one task: each
-from a prerender, a phrase cache hit, or rendered now (``render.py``: text -> synthesizer ->
-24 kHz 20 ms frames -> Opus, encoded once) -> the ``FrameFanout`` -> every attached sink (the
-paced RTP stream of a WebRTC leg, an HTTP stream ...). The sinks' bounded queues are the
+Utterances wait in a bounded list and are produced one at a time, in order, each by its own
+task, the next started when the previous one ends (no task waits between them): each from a
+prerender, a phrase cache hit, or rendered now (``render.py``: text -> synthesizer -> 24 kHz
+20 ms frames -> Opus, encoded once) -> the ``FrameFanout`` -> every attached sink (the paced RTP
+stream of a WebRTC leg, an HTTP stream ...). The sinks' bounded queues are the
 backpressure: synthesis is read only as fast as the slowest blocking sink drains
 (media/fanout.py). ``interrupt`` cuts what plays and drops what waits, at once.
+
+What a speaking session keeps is sized for thousands of them (issue 28: ≤ 100 KB of RSS a
+session): no producer loop task, which with its ``asyncio.wait`` per utterance (a set, a future,
+a callback closure, two coroutine frames) was 1.9 KB of a speaking session's heap; lists, not
+deques, for the pending and recent utterances (an empty deque is a 624-byte block); the state
+counts in a list of six ints (bench/session_memory.py --speaking).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 
 from gateway.media.fanout import FrameFanout
@@ -38,6 +45,10 @@ __all__ = ["ENCODE_BATCH", "FINAL_STATES", "Speaker", "SpeechQueueFull", "Uttera
 
 class SpeechQueueFull(Exception):
     pass
+
+
+_STATES = tuple(UtteranceState)
+_STATE_INDEX = {state: i for i, state in enumerate(_STATES)}
 
 
 class Speaker:
@@ -64,17 +75,23 @@ class Speaker:
         # Fully encoded utterances still playing out: stored in the cache once DONE.
         self._recordings: dict[Utterance, tuple[PhraseKey, PhraseRecorder]] = {}
         self.max_pending = max_pending
-        self._pending: deque[tuple[Utterance, Synthesizer]] = deque()
+        self._pending: list[tuple[Utterance, Synthesizer]] = []  # oldest first
         self._prerendered: dict[Utterance, Prerender] = {}  # say(..., prerendered=...)
-        self._wakeup = LazyEvent()
         self.idle = LazyEvent()  # set while nothing is being produced or pending
         self.idle.set()
         self._current: Utterance | None = None
         self._current_task: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-        self.recent: deque[Utterance] = deque(maxlen=history)
+        #: what the utterances' tasks run in (their log lines' session): a copy of the context
+        #: of the first ``start`` (or ``say``), each task a copy of it
+        self._context: contextvars.Context | None = None
+        self._next_due = False  # a call to ``_next`` is scheduled
+        self._closed = False
+        #: the last ``history`` utterances, oldest first
+        self.recent: list[Utterance] = []
+        self._history = history
         self._by_id: dict[str, Utterance] = {}
-        self.counts = dict.fromkeys((s.value for s in UtteranceState), 0)
+        self._counts = [0] * len(_STATES)
+        self._on_final_call = self._on_final  # one bound method, not one per utterance
         #: told of every utterance's state changes (the session's events)
         self.observer: Callable[[Utterance, UtteranceState], None] | None = None
 
@@ -83,9 +100,16 @@ class Speaker:
         """Encoders made: one per synthesized utterance or prerender (replays need none)."""
         return self.renderer.encoders_created
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """Utterances by state: queued (every one said), then those that ended in each."""
+        return {state.value: n for state, n in zip(_STATES, self._counts, strict=True)}
+
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="speaker")
+        """Take the caller's context for the utterances' tasks (the first call only: ``say``
+        calls it too)."""
+        if self._context is None:
+            self._context = contextvars.copy_context()
 
     def say(
         self,
@@ -99,13 +123,13 @@ class Speaker:
         """``requested_at``: time.monotonic() when the request for it arrived (timelines).
         ``prerendered``: this text already rendered (``prerender``): its frames are played
         (the speaker owns it from here: it is cancelled if the utterance is cut)."""
-        self.start()  # the producer task exists once there is something to say
+        self.start()
         if interrupt:
             self.interrupt()
         if len(self._pending) >= self.max_pending:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
         utterance = Utterance(
-            text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions,
+            text=text, voice=voice.name, on_finish=self._on_final_call, instructions=instructions,
             observer=self.observer, requested_at=requested_at,
         )
         if self.observer is not None:
@@ -115,14 +139,18 @@ class Speaker:
         if prerendered is not None:
             self._prerendered[utterance] = prerendered
         self.idle.clear()
-        self._wakeup.set()
+        if not self._next_due and self._current_task is None and not self._closed:
+            # produced from the next loop iteration on (so a ``say`` sees it pending, as one
+            # after it does while this one plays)
+            self._next_due = True
+            asyncio.get_running_loop().call_soon(self._next, context=self._context)
         return utterance
 
     def interrupt(self) -> int:
         """Stop what is playing and drop what is waiting, at once. Returns utterances cut."""
         cut = 0
         while self._pending:
-            utterance, _ = self._pending.popleft()
+            utterance, _ = self._pending.pop(0)
             prerendered = self._prerendered.pop(utterance, None)
             if prerendered is not None:
                 prerendered.cancel()
@@ -176,30 +204,30 @@ class Speaker:
         return self._current
 
     async def close(self) -> None:
+        """Cut everything; no utterance is produced after this (a later ``say`` stays
+        pending). Returns once the current utterance's task has ended."""
+        self._closed = True
         self.interrupt()
         for prerendered in self._prerendered.values():
             prerendered.cancel()
         self._prerendered.clear()
-        for task in (self._current_task, self._task):
-            if task is not None:
-                task.cancel()
-        for task in (self._current_task, self._task):
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        task = self._current_task
+        if task is not None:
+            task.cancel()
+            await asyncio.wait({task})  # its end is ``_produced``'s to report
 
     # --- internals -----------------------------------------------------------------------------
 
     def _remember(self, utterance: Utterance) -> None:
-        if len(self.recent) == self.recent.maxlen:
-            old = self.recent[0]
-            self._by_id.pop(old.id, None)
-        self.recent.append(utterance)
+        recent = self.recent
+        if recent and len(recent) >= self._history:
+            self._by_id.pop(recent.pop(0).id, None)
+        recent.append(utterance)
         self._by_id[utterance.id] = utterance
-        self.counts[UtteranceState.QUEUED.value] += 1
+        self._counts[_STATE_INDEX[UtteranceState.QUEUED]] += 1
 
     def _on_final(self, utterance: Utterance) -> None:
-        self.counts[utterance.state.value] += 1
+        self._counts[_STATE_INDEX[utterance.state]] += 1
         METRICS.utterances.labels(utterance.state.value).inc()
         recording = self._recordings.pop(utterance, None)
         if recording is not None and self.cache is not None:
@@ -210,34 +238,45 @@ class Speaker:
     def _finish(utterance: Utterance, state: UtteranceState, error: str | None = None) -> None:
         utterance.finish(state, error)
 
-    async def _run(self) -> None:
-        while True:
-            while not self._pending:
-                self.idle.set()
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            self.idle.clear()
-            utterance, voice = self._pending.popleft()
-            self._current = utterance
-            self._current_task = asyncio.create_task(
-                self._produce(utterance, voice), name=f"utterance-{utterance.id}"
-            )
-            try:
-                await asyncio.wait({self._current_task})
-                if not self._current_task.cancelled():
-                    exc = self._current_task.exception()
-                    if exc is not None:
-                        log.error("utterance %s failed: %r", utterance.id, exc)
-                        self._finish(utterance, UtteranceState.FAILED, f"internal error: {exc!r}")
-            finally:
-                self._current = None
-                self._current_task = None
-                # Fully queued (or cut): the text is not needed again, and up to ``history``
-                # finished utterances stay listed per session.
-                utterance.text = ""
-            if utterance.total_frames is None:  # cancelled before synthesis ended
-                self._finish(utterance, UtteranceState.INTERRUPTED)
-            # Otherwise it is fully queued and becomes DONE when its last frame is sent.
+    def _next(self) -> None:
+        """Start producing the next pending utterance, if none is being produced: its task is
+        ``_current_task`` (cancelled by ``interrupt``), and its end starts the next one."""
+        self._next_due = False
+        if self._current_task is not None or self._closed:
+            return
+        if not self._pending:
+            self.idle.set()
+            return
+        self.idle.clear()
+        utterance, voice = self._pending.pop(0)
+        self._current = utterance
+        context = self._context
+        task = asyncio.get_running_loop().create_task(
+            self._produce(utterance, voice), name=f"utterance-{utterance.id}",
+            context=None if context is None else context.copy(),
+        )
+        self._current_task = task
+        task.add_done_callback(self._produced, context=context)
+
+    def _produced(self, task: asyncio.Task[None]) -> None:
+        """The current utterance's task has ended (done, failed, or cut): on to the next."""
+        utterance = self._current
+        self._current = None
+        self._current_task = None
+        if utterance is None:  # not reached: ``_current`` is only cleared here
+            return
+        if not task.cancelled():
+            exc = task.exception()
+            if exc is not None:
+                log.error("utterance %s failed: %r", utterance.id, exc)
+                self._finish(utterance, UtteranceState.FAILED, f"internal error: {exc!r}")
+        # Fully queued (or cut): the text is not needed again, and up to ``history`` finished
+        # utterances stay listed per session.
+        utterance.text = ""
+        if utterance.total_frames is None:  # cancelled before synthesis ended
+            self._finish(utterance, UtteranceState.INTERRUPTED)
+        # Otherwise it is fully queued and becomes DONE when its last frame is sent.
+        self._next()
 
     def _cache_key(self, voice: Synthesizer, text: str, instructions: str | None) -> PhraseKey:
         assert self.cache is not None

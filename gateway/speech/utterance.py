@@ -120,8 +120,12 @@ class Delivery:
         }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Utterance:
+    """One text to speak (see the module). Slotted: a speaking session lists up to
+    ``history`` of them, and a slotted one is ≈ 250 bytes where one with a ``__dict__`` was
+    ≈ 550 (bench/session_memory.py --speaking)."""
+
     text: str
     voice: str
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
