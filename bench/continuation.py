@@ -13,7 +13,8 @@ Per utterance, the turns the agent answered and kept (a turn taken back is not k
 **split** is a user-facing false end: the agent answered one utterance as more than one turn
 (the first half on its own), or not at all. ``--configs`` (default all four):
 ``silence``, ``silence-nojoin``, ``smart``, ``smart-nojoin`` (``-nojoin``: ``continue_ms=0``,
-the loop before this change).
+the loop before this change), ``smart-long`` (unsure 500 ms, cap 1200: as before
+2026-12-03, ``OVERRIDES``).
 
     python -m bench.continuation [--voices espeak,piper] [--configs ...] [--finished]
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import re
 from typing import Any
@@ -42,7 +44,12 @@ UPLINK, SLOT = 24_000, 480
 ECHO_GAIN, ECHO_DELAY_SLOTS = 0.1, 2  # -20 dB, 40 ms
 AFTER_S = 6.0  # listening after the utterance: the last turn's final and reply
 CONFIGS = {"silence": ("silence", None), "silence-nojoin": ("silence", 0),
-           "smart": ("smart-turn", None), "smart-nojoin": ("smart-turn", 0)}
+           "smart": ("smart-turn", None), "smart-nojoin": ("smart-turn", 0),
+           "smart-long": ("smart-turn", None)}
+#: HearingOptions changed per config (smart-long: smart-turn's unsure wait and cap before
+#: 2026-12-03, as bench.duplex's echo-smart-long)
+OVERRIDES: dict[str, dict[str, int]] = {
+    "smart-long": {"turn_unsure_silence_ms": 500, "turn_max_silence_ms": 1200}}
 
 
 def words(text: str) -> list[str]:
@@ -104,12 +111,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     voice = PiperSynthesizer()
     await voice.warm_up()
     configs = [c for c in args.configs.split(",") if c]
-    factory = DuplexFactory(HearingOptions(turn_detector="smart-turn"), voice)
+    base = HearingOptions(turn_detector="smart-turn")
+    factory = DuplexFactory(base, voice)
     await factory.load()
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     for item in items:  # the configs interleaved, so each sees the same machine
         for config in configs:
             detector, continue_ms = CONFIGS[config]
+            factory.options = dataclasses.replace(base, **OVERRIDES.get(config, {}))
             runs[config].append(await run_item(item, factory, detector, continue_ms))
     await factory.close()
     summary = {c: {"items": len(r), "splits": sum(x["split"] for x in r),
@@ -125,7 +134,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--voices", default="espeak,piper")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default="silence,silence-nojoin,smart,smart-nojoin")
     parser.add_argument("--finished", action="store_true",
                         help="the finished sentences too (the control: one turn each)")
     args = parser.parse_args()

@@ -99,6 +99,11 @@ CONFIGS: dict[str, dict[str, Any]] = {
     # smart-turn with the speculative final at 60 ms of pause (the model's probe), not 100
     "echo-smart-spec60": {"agent": "echo",
                           "extra": ["--turn-detector", "smart-turn", "--asr-speculate-ms", "60"]},
+    # smart-turn's unsure wait and cap as before 2026-12-03 (500 / 1200 ms; now 350 / 800, as
+    # the loop takes a turn ended too early back: conversation/continuation.py)
+    "echo-smart-long": {"agent": "echo",
+                        "extra": ["--turn-detector", "smart-turn", "--turn-unsure-silence-ms",
+                                  "500", "--turn-max-silence-ms", "1200"]},
     "chat": {"agent": "chat", "extra": []},
     "echo-fast": {"agent": "echo", "extra": ["--turn-silence-ms", "300"]},
     # what the speculative final decode buys: the final decoded only once the turn has ended

@@ -476,6 +476,18 @@ class GatewayConfig:
         "is a question (the model hears a question's rise as unfinished)",
         group=DUPLEX,
     )
+    turn_unsure_silence_ms: int = opt(
+        _H("turn_unsure_silence_ms"),
+        "smart-turn: the pause that ends a turn the model calls unfinished whose transcript "
+        "could end there (not a question, no dangling last word)",
+        group=DUPLEX,
+    )
+    turn_max_silence_ms: int = opt(
+        _H("turn_max_silence_ms"),
+        "smart-turn: the pause that ends any turn (a transcript on a dangling word, or no "
+        "verdict in time)",
+        group=DUPLEX,
+    )
     turn_continue_ms: int = opt(
         _H("turn_continue_ms"),
         "speech that starts this soon after the user's last word, over the reply, continues "

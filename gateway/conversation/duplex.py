@@ -638,6 +638,12 @@ def close_turn_models() -> None:
 
 
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
+#: smart-turn's unsure wait and cap in the duplex loop: shorter than the listener's own
+#: (SemanticOptions: 500 / 1200, which the Realtime door keeps), as the loop takes a turn ended
+#: too early back (conversation/continuation.py): bench.duplex 432 / 501 ms against 442 / 662
+#: in the same run, bench.continuation's user-facing false ends 0/24 either way (docs/turns.md)
+DUPLEX_UNSURE_MS = 350
+DUPLEX_MAX_SILENCE_MS = 800
 
 
 @dataclass(frozen=True, slots=True)
@@ -656,6 +662,11 @@ class HearingOptions:
     #: smart-turn: the pause that ends a turn the model calls unfinished whose transcript is a
     #: question
     turn_question_silence_ms: int = default_of(SemanticOptions, "question_silence_ms")
+    #: smart-turn: the pause that ends a turn the model calls unfinished whose transcript could
+    #: end there (not a question, no dangling word) ...
+    turn_unsure_silence_ms: int = DUPLEX_UNSURE_MS
+    #: ... and the pause that ends any turn (a dangling transcript, no verdict)
+    turn_max_silence_ms: int = DUPLEX_MAX_SILENCE_MS
     barge_in_ms: int = default_of(TurnOptions, "barge_in_ms")
     #: voice over a reply this long pauses it (until confirmed as a barge-in, or resumed)
     barge_in_pause_ms: int = 100
@@ -681,7 +692,9 @@ class HearingOptions:
     def semantic_options(self) -> SemanticOptions:
         """The smart-turn detector's waits (the Realtime API's semantic_vad has its own)."""
         return SemanticOptions(probe_ms=self.turn_probe_ms,
-                               question_silence_ms=self.turn_question_silence_ms)
+                               question_silence_ms=self.turn_question_silence_ms,
+                               unsure_silence_ms=self.turn_unsure_silence_ms,
+                               max_silence_ms=self.turn_max_silence_ms)
 
 
 TURN_DETECTORS = ("smart-turn", "silence")

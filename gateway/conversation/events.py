@@ -8,8 +8,9 @@ heard over a reply and not answered), ``reply`` ``{text, utterance}``, ``reply_d
 text, utterances}``, ``utterance`` ``{id, state}``, ``reply_paused`` / ``reply_resumed``
 ``{turn}`` (voice over a reply, before it is confirmed as a barge-in), ``interrupted``
 ``{utterance, heard_ms, heard_text}``, ``turn_continued`` ``{turn, continues}`` (a turn ended
-too early, taken back: conversation/continuation.py), ``word`` ``{utterance, word, start_ms, end_ms}`` (when
-the listener hears it begin: gateway.conversation.words), ``error`` ``{code, message}``.
+too early, taken back: conversation/continuation.py), ``word`` ``{utterance, word, start_ms,
+end_ms}`` (when the listener hears it begin: gateway.conversation.words), ``error`` ``{code,
+message}``.
 
 ``word`` events cost a timer pass per playing session while they are followed, so they are only
 made while someone takes them: ``wants_words`` is true while the bus has an SSE subscriber or a

@@ -297,8 +297,13 @@ def test_the_turn_detector_flag_and_its_environment_variable(monkeypatch, capsys
     assert parse_config([]).turn_detector == "smart-turn"
     options = parse_config(["--turn-probe-ms", "100", "--turn-question-silence-ms", "500"]
                            ).hearing_options()
-    assert options.semantic_options() == SemanticOptions(probe_ms=100, question_silence_ms=500)
-    assert parse_config([]).hearing_options().semantic_options() == SemanticOptions()
+    # the duplex loop's unsure wait and cap are its own (it takes early ends back)
+    assert options.semantic_options() == SemanticOptions(
+        probe_ms=100, question_silence_ms=500, unsure_silence_ms=350, max_silence_ms=800)
+    assert parse_config([]).hearing_options().semantic_options() == SemanticOptions(
+        unsure_silence_ms=350, max_silence_ms=800)
+    longer = parse_config(["--turn-unsure-silence-ms", "500", "--turn-max-silence-ms", "1200"])
+    assert longer.hearing_options().semantic_options() == SemanticOptions()
     monkeypatch.setenv("GATEWAY_TURN_DETECTOR", "psychic")
     with pytest.raises(SystemExit):
         parse_config([])
