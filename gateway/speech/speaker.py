@@ -91,7 +91,6 @@ class Speaker:
         self._history = history
         self._by_id: dict[str, Utterance] = {}
         self._counts = [0] * len(_STATES)
-        self._on_final_call = self._on_final  # one bound method, not one per utterance
         #: told of every utterance's state changes (the session's events)
         self.observer: Callable[[Utterance, UtteranceState], None] | None = None
 
@@ -129,7 +128,7 @@ class Speaker:
         if len(self._pending) >= self.max_pending:
             raise SpeechQueueFull(f"{self.max_pending} utterances are already waiting")
         utterance = Utterance(
-            text=text, voice=voice.name, on_finish=self._on_final_call, instructions=instructions,
+            text=text, voice=voice.name, on_finish=self._on_final, instructions=instructions,
             observer=self.observer, requested_at=requested_at,
         )
         if self.observer is not None:
