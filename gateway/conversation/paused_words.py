@@ -112,8 +112,20 @@ class PausedWords:
         self._on_done()
 
     async def close(self) -> None:
+        """Cancel a decode in flight and drop the callbacks (bound methods of the duplex loop
+        that owns this: a closed session is then freed by refcounting, with no cycle)."""
+        self._on_text = _no_text
+        self._on_done = _nothing
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+def _no_text(turn: int, transcript: Transcript) -> bool:
+    return False
+
+
+def _nothing() -> None:
+    return None
