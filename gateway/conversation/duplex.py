@@ -274,10 +274,7 @@ class Duplex:
         action = gate.on_frame(audible=self.speaking, voiced=detector.voiced_now,
                                now=detector.now, level_dbfs=self._level_dbfs)
         if action == "cut":
-            started = detector.started_at if detector.started_at is not None else (
-                detector.time(detector.onset or 0))
-            self.last_barge_in = (self._mono(started), time.monotonic())
-            self.barge_in()
+            self._cut_now()
             return
         self._gate_action(action)
         if gate.paused_at is not None and self.listener.turn in self._overlap:
@@ -303,11 +300,18 @@ class Duplex:
                 or not self.speaking or not _speech(transcript) \
                 or not words_heard(transcript.text, self._reply_text()):
             return False
+        self._cut_now()
+        return True
+
+    def _cut_now(self) -> None:
+        """Cut the reply over the speech in progress, dated from that speech's first voiced
+        frame (``last_barge_in``)."""
         detector = self.listener.detector
-        started = detector.started_at if detector.started_at is not None else detector.now
+        started = detector.started_at
+        if started is None:
+            started = detector.now if detector.onset is None else detector.time(detector.onset)
         self.last_barge_in = (self._mono(started), time.monotonic())
         self.barge_in()
-        return True
 
     def _paused_checked(self) -> None:
         if not self._closed:
@@ -640,8 +644,7 @@ def close_turn_models() -> None:
 POST_SPEECH_MS = 200  # audio kept after the last voiced frame (at most the speculation's wait)
 #: smart-turn's unsure wait and cap in the duplex loop: shorter than the listener's own
 #: (SemanticOptions: 500 / 1200, which the Realtime door keeps), as the loop takes a turn ended
-#: too early back (conversation/continuation.py): bench.duplex 432 / 501 ms against 442 / 662
-#: in the same run, bench.continuation's user-facing false ends 0/24 either way (docs/turns.md)
+#: too early back (conversation/continuation.py); measured in docs/turns.md
 DUPLEX_UNSURE_MS = 350
 DUPLEX_MAX_SILENCE_MS = 800
 

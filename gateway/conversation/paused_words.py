@@ -68,7 +68,6 @@ class PausedWords:
         self._checked_ms = 0.0  # voice while paused the last decode covered
         self._pause = 0  # the gate's pause count the above belongs to
         self.decodes = 0  # window decodes made
-        self.confirmed = 0  # ... whose words confirmed a barge-in
 
     @property
     def busy(self) -> bool:
@@ -106,10 +105,8 @@ class PausedWords:
             log.exception("paused-words decode")
             transcript = None
         self._task = None
-        if transcript is not None and self._on_text(turn, transcript):
-            self.confirmed += 1
-            return
-        self._on_done()
+        if transcript is None or not self._on_text(turn, transcript):
+            self._on_done()
 
     async def close(self) -> None:
         """Cancel a decode in flight and drop the callbacks (bound methods of the duplex loop
