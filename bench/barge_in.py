@@ -60,6 +60,32 @@ def piper_24k(voice: Any, text: str) -> np.ndarray:
     return np.clip(np.round(out * 32767), -32768, 32767).astype(np.int16)
 
 
+class EchoPath:
+    """The closed loop's loudspeaker and microphone: each 20 ms slot ``play`` takes the next
+    frame from the conversation's queue (reporting it sent, as the RTP sink would) and returns
+    what reaches the microphone -- what was played ``ECHO_DELAY_SLOTS`` earlier, at
+    ``ECHO_GAIN`` (float; the caller adds the user and clips). ``played``: the slot carried a
+    frame of the reply."""
+
+    def __init__(self, queue: FrameQueue) -> None:
+        self.queue = queue
+        self.sent = 0
+        self.played = False
+        self._delay = [np.zeros(SLOT, dtype=np.float32)] * ECHO_DELAY_SLOTS
+
+    def play(self, now: float) -> np.ndarray:
+        fields = self.queue.pop_fields()
+        frame = np.zeros(SLOT, dtype=np.float32)
+        self.played = fields is not None
+        if fields is not None:
+            payload, owner, index = fields
+            owner.on_frame_sent(index, self.sent & 0xFFFF, self.sent * 480, now)
+            self.sent += 1
+            frame = np.frombuffer(payload, dtype="<i2").astype(np.float32)
+        self._delay.append(frame)
+        return self._delay.pop(0) * ECHO_GAIN
+
+
 async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: Any,
                    backoff_on_first_echo: bool = False) -> dict[str, Any]:
     conversation = Conversation(EncoderSettings(), encode=False)  # 24 kHz PCM frames
@@ -76,25 +102,16 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
     duplex._say(turn, reply)
     utterance = turn.utterances[0]
     loop = asyncio.get_running_loop()
-    echo: list[np.ndarray] = [np.zeros(SLOT, dtype=np.int16)] * ECHO_DELAY_SLOTS
-    silence = np.zeros(SLOT, dtype=np.int16)
-    slot, sent, started, onset = 0, 0, None, None
+    path = EchoPath(queue)
+    slot, started, onset = 0, None, None
     paused_slot = cut_slot = ended = None
     pauses = 0
     t0 = loop.time()
     while slot < 2000:
         await asyncio.sleep(max(0.0, t0 + slot * 0.02 - loop.time()))
-        fields = queue.pop_fields()
-        played = silence
-        if fields is not None:
-            payload, owner, index = fields
-            owner.on_frame_sent(index, sent & 0xFFFF, sent * 480, loop.time())
-            sent += 1
-            played = np.frombuffer(payload, dtype="<i2")
-            if started is None:
-                started = slot
-        echo.append(played)
-        mic = echo.pop(0).astype(np.float32) * ECHO_GAIN
+        mic = path.play(loop.time())
+        if path.played and started is None:
+            started = slot
         if started is not None and user is not None:
             at = (slot - started) * SLOT - round(AT_S * RATE)
             if 0 <= at < len(user):
@@ -123,7 +140,7 @@ async def run_case(reply: str, user: np.ndarray | None, recognizer: Any, voice: 
     return {"pauses": pauses, "cut": utterance.state is UtteranceState.INTERRUPTED,
             "paused_before_onset": onset is not None and paused_slot is None,
             "onset_to_pause_ms": ms(onset, paused_slot), "onset_to_cut_ms": ms(onset, cut_slot),
-            "heard_text": turn.heard_text, "frames_sent": sent}
+            "heard_text": turn.heard_text, "frames_sent": path.sent}
 
 
 GATES = {"new": False, "old": True}  # name -> backoff_on_first_echo (old: before 2026-12-02)

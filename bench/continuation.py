@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import soxr
 
+from bench.barge_in import SLOT, EchoPath
 from bench.common import write_results
 from bench.turns import Item, build_items
 from gateway.conversation.conversation import Conversation
@@ -40,8 +41,7 @@ from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import EncoderSettings
 from gateway.speech.utterance import FINAL_STATES
 
-UPLINK, SLOT = 24_000, 480
-ECHO_GAIN, ECHO_DELAY_SLOTS = 0.1, 2  # -20 dB, 40 ms
+UPLINK = 24_000
 AFTER_S = 6.0  # listening after the utterance: the last turn's final and reply
 CONFIGS = {"silence": ("silence", None), "silence-nojoin": ("silence", 0),
            "smart": ("smart-turn", None), "smart-nojoin": ("smart-turn", 0),
@@ -67,21 +67,12 @@ async def run_item(item: Item, factory: DuplexFactory, detector: str,
     duplex.start()
     mic = soxr.resample(item.audio.astype(np.float32), 16_000, UPLINK)
     loop = asyncio.get_running_loop()
-    echo = [np.zeros(SLOT, dtype=np.float32)] * ECHO_DELAY_SLOTS
+    path = EchoPath(queue)
     slots = len(mic) // SLOT + int(AFTER_S * 50)
-    sent = 0
     t0 = loop.time()
     for slot in range(slots):
         await asyncio.sleep(max(0.0, t0 + slot * 0.02 - loop.time()))
-        fields = queue.pop_fields()
-        played = np.zeros(SLOT, dtype=np.float32)
-        if fields is not None:
-            payload, owner, index = fields
-            owner.on_frame_sent(index, sent & 0xFFFF, sent * 480, loop.time())
-            sent += 1
-            played = np.frombuffer(payload, dtype="<i2").astype(np.float32)
-        echo.append(played)
-        frame = echo.pop(0) * ECHO_GAIN
+        frame = path.play(loop.time())
         user = mic[slot * SLOT:(slot + 1) * SLOT]
         if len(user):
             frame[:len(user)] += user
