@@ -22,11 +22,16 @@ count against the server (they are reported: ``loadgen_hook_delay_ms``).
     python -m bench.load [--ladder 50,100,250] [--window 10] [--server gateway|baseline|both]
     python -m bench.load --server designs --ladder 250,500,750,1000   # issue 16
     python -m bench.load --server paths --floor --ladder 500,1000   # issue 28
+    python -m bench.load --server loss --floor --ladder 500   # issue 28: RED and NACK at work
 
 ``--server paths`` compares the send paths rung by rung: ``gateway`` (``--send-path auto``: the
 compiled path where it builds) against ``gateway-python`` (``--send-path python``). ``--floor``
 measures the machine's floor (bench/floor.py) on the server's core before the ladder and prints
 every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0).
+
+``--server loss`` runs the same gateway rung by rung for clean listeners and for listeners that
+drop ``--loss`` (2 %) of the RTP at random, NACK each drop at once and offer RED
+(bench/loadgen_loss.py): what repair costs the gateway per packet, and how long it takes.
 
 ``--server designs`` compares the gateway's two UDP designs in one run, rung by rung
 (interleaved, so a drifting VM moves both alike): ``gateway`` (every session on one shared UDP
@@ -69,6 +74,9 @@ SERVERS = ("gateway", "baseline")
 DESIGNS = ("gateway", "gateway-nomux")  # the shared UDP socket against one per session
 PATHS = ("gateway", "gateway-python")  # the compiled send path (auto) against the Python one
 KIND_FLAGS = {"gateway-nomux": ["--no-udp-mux"], "gateway-python": ["--send-path", "python"]}
+# The same gateway with its listeners losing --loss of the RTP at random and NACKing it, RED
+# offered (bench/loadgen_loss.py): issue 28's figures "with RED and NACK at work".
+LOSS = ("gateway", "gateway-loss")
 
 
 def tone_wav(path: Path, seconds: float, hz: float = 440.0, rate: int = 24_000) -> Path:
@@ -224,6 +232,8 @@ async def run_rung(
                 cmd += ["--probe-overhead", str(args.probe_overhead)]
         if args.no_speech:
             cmd.append("--no-speech")
+        if kind == "gateway-loss":
+            cmd += ["--loss", str(args.loss), "--red"]
         if args.profile and n == args.profile:
             profile = Path(args.out).with_name(f"load-profile-{kind}-{n}.txt")
             cmd += ["--profile", str(profile)]
@@ -393,6 +403,16 @@ def row(r: dict[str, Any], phase: str, server_cpu: int = 0) -> str:
     )
 
 
+def loss_row(loss: dict[str, Any]) -> str:
+    """The listeners' drops and the gateway's repairs in a window (``--server loss``)."""
+    repair = loss.get("repair_ms") or {}
+    p50, p99 = repair.get("p50"), repair.get("p99")
+    return (f"  loss {100 * loss['rate']:.1f} %: {loss['dropped']} dropped and NACKed, "
+            f"{loss['repaired']} retransmissions in the window, {loss['unrepaired']} given up; "
+            f"repair p50 {'-' if p50 is None else f'{p50:.1f}'} ms, "
+            f"p99 {'-' if p99 is None else f'{p99:.1f}'} ms")
+
+
 HEADER = (
     f"{'server':<8} {'window':<8} {'N':>5} {'CPU%':>6} {'µs/pkt':>7} {'ontime%':>7} "
     f"{'p99 ms':>7} {'lost':>6} {'conn50':>7} {'conn95':>7} {'RSS MB':>7} {'KB/str':>7} "
@@ -442,7 +462,7 @@ def plot(results: dict[str, list[dict[str, Any]]], path: Path, speech: bool) -> 
         return None
     fig, (ax_cpu, ax_ok) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"gateway": "tab:blue", "baseline": "tab:red", "gateway-nomux": "tab:orange",
-              "gateway-python": "tab:green"}
+              "gateway-python": "tab:green", "gateway-loss": "tab:purple"}
     phases = ["speaking", "silent"] if speech else ["silent"]
     for kind, rungs in results.items():
         for phase in phases:
@@ -543,7 +563,7 @@ def what_gateway_speaks(mode: str, phrase_s: float) -> str:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ladder = sorted({int(x) for x in args.ladder.split(",") if x.strip()})
-    kinds = {"both": SERVERS, "designs": DESIGNS, "paths": PATHS}.get(args.server,
+    kinds = {"both": SERVERS, "designs": DESIGNS, "paths": PATHS, "loss": LOSS}.get(args.server,
                                                                       (args.server,))
     floor = measure_floor(args.server_cpu) if args.floor else None
     speech = not args.no_speech
@@ -590,6 +610,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     for phase in ("silent", "speaking") if speech else ("silent",):
                         if rung.get(phase):
                             print(row(rung, phase, args.server_cpu), flush=True)
+                            if (rung[phase].get("loss")):
+                                print(loss_row(rung[phase]["loss"]), flush=True)
                     if not (rung["broken"] and rung["contended"]) or attempt == args.retries:
                         break
                     print(f"  other processes took {rung['contended']:.0f} % of the server's "
@@ -625,6 +647,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "gateway_speech": mode if speech else None, "phrase_s": args.phrase_s,
             "nice": args.nice,
             "loadgen_cpu": args.loadgen_cpu,
+            "loss": args.loss if "gateway-loss" in kinds else None,
         },
         "duration_s": round(time.monotonic() - started, 1),
         "summary": summary,
@@ -647,11 +670,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--floor", action="store_true",
                         help="measure the machine's floor (bench/floor.py) on the server's core "
                         "first; print each gateway rung's µs/packet ÷ floor")
-    parser.add_argument("--server", choices=[*SERVERS, *DESIGNS[1:], *PATHS[1:], "both",
-                                             "designs", "paths"],
+    parser.add_argument("--server", choices=[*SERVERS, *DESIGNS[1:], *PATHS[1:], *LOSS[1:],
+                                             "both", "designs", "paths", "loss"],
                         default="both",
                         help="both: gateway and stock aiortc; designs: the gateway with its "
-                        "shared UDP socket against one socket per session (--no-udp-mux)")
+                        "shared UDP socket against one socket per session (--no-udp-mux); "
+                        "loss: clean listeners against ones losing --loss and NACKing, RED on")
+    parser.add_argument("--loss", type=float, default=0.02,
+                        help="gateway-loss: the share of RTP each header-only listener drops "
+                        "and NACKs")
     parser.add_argument("--batch", type=int, default=20, help="sessions connected at a time")
     parser.add_argument("--full", type=int, default=2, help="sessions that fully decode")
     parser.add_argument("--min-on-time", type=float, default=0.90,

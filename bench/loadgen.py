@@ -47,8 +47,10 @@ import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
 from bench import procstats
+from bench.loadgen_loss import LossyListener, loss_summary
 from gateway import aiortc_compat
 from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture, decode
+from gateway.client.red_sdp import offer_red
 
 RTP_CLOCK = 48_000
 ON_TIME_S = 0.005
@@ -95,13 +97,14 @@ class Stream:
     too, to show how far behind the generator itself was.
     """
 
-    __slots__ = ("arrivals", "fd", "hooked", "packets", "seqs", "sizes", "speech_packets",
-                 "timestamps")
+    __slots__ = ("arrivals", "fd", "hooked", "loss", "packets", "seqs", "sizes",
+                 "speech_packets", "timestamps")
 
     def __init__(self) -> None:
         self.packets = 0
         self.speech_packets = 0
         self.fd = -1  # the session's one UDP socket, once known
+        self.loss: LossyListener | None = None  # --loss: drops, NACKs, takes retransmissions
         self.reset()
 
     def reset(self) -> None:
@@ -110,6 +113,8 @@ class Stream:
         self.seqs = array("H")
         self.timestamps = array("I")
         self.sizes = array("H")
+        if self.loss is not None:
+            self.loss.reset()
 
     def use_socket(self, sock: Any) -> None:
         # Not SO_TIMESTAMPNS: with it the kernel hands stamps only to recvmsg (ancillary data)
@@ -126,6 +131,8 @@ class Stream:
         def on_datagram(data: bytes, component: Any) -> None:
             # RTP/RTCP: version 2 (first byte 0x80..0xBF); RTCP packet types 192..223 (RFC 5761).
             if 127 < data[0] < 192 and not 191 < data[1] < 224:
+                if stream.loss is not None and stream.loss.take(data):
+                    return  # lost on the way, or the retransmission that repaired it
                 stream.packets += 1
                 size = len(data)
                 if size > SPEECH_MIN_BYTES:
@@ -146,8 +153,10 @@ class Stream:
 
 class LoadSession:
     def __init__(self, index: int, base_url: str, http: aiohttp.ClientSession, full: bool,
-                 offer_path: str = "/v1/sessions") -> None:
+                 offer_path: str = "/v1/sessions", loss: float = 0.0, red: bool = False) -> None:
         self.index = index
+        self.loss = 0.0 if full else loss  # the decoded sessions check the tone unbroken
+        self.red = red
         self.offer_path = offer_path  # or a channel's WHEP endpoint (--channel)
         self.base_url = base_url
         self.http = http
@@ -179,6 +188,12 @@ class LoadSession:
         )
         if self.capture is not None:
             aiortc_compat.tap_rtp(transceiver.receiver, self.capture.on_packet)
+        if self.loss:
+            transport = transceiver.receiver.transport
+            self.stream.loss = LossyListener(
+                self.loss, self.index,
+                lambda nack: aiortc_compat.send_unprotected(transport, nack),
+            )
         connected = asyncio.get_running_loop().create_future()
 
         @pc.on("connectionstatechange")
@@ -201,7 +216,8 @@ class LoadSession:
         if len(sockets) == 1 and sockets[0] is not None:
             self.stream.use_socket(sockets[0])
         async with self.http.post(
-            f"{self.base_url}{self.offer_path}", data=pc.localDescription.sdp,
+            f"{self.base_url}{self.offer_path}",
+            data=offer_red(pc.localDescription.sdp) if self.red else pc.localDescription.sdp,
             headers={"Content-Type": "application/sdp"},
         ) as response:
             body = await response.text()
@@ -222,6 +238,8 @@ class LoadSession:
             return body
 
     async def close(self) -> None:
+        if self.stream.loss is not None:
+            self.stream.loss.close()
         if self.session_url is not None:
             with contextlib.suppress(aiohttp.ClientError, TimeoutError):
                 async with self.http.delete(self.session_url) as response:
@@ -300,6 +318,7 @@ def window_summary(
     lost = sum(p["lost"] for p in got)
     span = sum(p["span"] for p in got)
     return {
+        "loss": loss_summary([s.stream.loss for s in sessions if s.stream.loss is not None]),
         "sessions_measured": len(got),
         "sessions_without_packets": silent_sessions,
         "packets_received": received,
@@ -523,7 +542,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 assert r.status == 201, await r.text()
             offer_path = f"/v1/channels/{args.channel}/whep"
         sessions = [
-            LoadSession(i, base, http, full=i < args.full, offer_path=offer_path)
+            LoadSession(i, base, http, full=i < args.full, offer_path=offer_path,
+                        loss=args.loss, red=args.red)
             for i in range(args.sessions)
         ]
         try:
@@ -619,6 +639,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probe-overhead", type=int, default=0, metavar="K",
                         help="gateway only: K sessions re-asked for speech to read the server's "
                         "first-PCM -> first-RTP overhead under load")
+    parser.add_argument("--loss", type=float, default=0.0,
+                        help="drop this share of RTP at each header-only listener and NACK it "
+                        "(bench/loadgen_loss.py)")
+    parser.add_argument("--red", action="store_true", help="offer RED (RFC 2198) as Chromium")
     parser.add_argument("--connect-timeout", type=float, default=30.0)
     parser.add_argument("--settle-timeout", type=float, default=30.0)
     parser.add_argument("--http-timeout", type=float, default=60.0)
