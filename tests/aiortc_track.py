@@ -140,7 +140,8 @@ class PassthroughOpusTrack(MediaStreamTrack):
         if red is not None:
             # offsets are what RED carries: the slot's pts is aiortc's timestamp less its origin
             pts = slot * RTP_TICKS_PER_FRAME
-            payload, self.history.next_red = red.wrap(payload, pts, self.sink.pacer.now())
+            payload, how = red.wrap(payload, pts, self.sink.pacer.now())
+            self.history.next_red = bool(how)  # recorded as sent (the store's RED_AS_SENT)
         packet = av.Packet(payload)
         packet.pts = slot * RTP_TICKS_PER_FRAME
         packet.time_base = TIME_BASE

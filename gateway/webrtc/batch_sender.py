@@ -152,6 +152,7 @@ class BatchStream:
             self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
                 self.sink.red.red_pt, aiortc_compat.sender_ssrc(sender), extensions, mid
             )
+            self.store.red_opus_pt = self.sink.red.opus_pt
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._compiled = self._compiled_sender(sender)
         self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
@@ -345,11 +346,12 @@ class BatchStream:
         seq = self._seq
         self._seq = (seq + 1) & 0xFFFF
         red = self.sink.red
-        is_red = False
+        how = 0  # the store's PLAIN, or RED_REBUILT + the previous packets it carries
+        primary = payload
         if red is not None:
-            payload, is_red = red.wrap(payload, timestamp, now)
-        if is_red:
-            header = self._red_header or header
+            payload, how = red.wrap(payload, timestamp, now)
+            if how:
+                header = self._red_header or header
         drop = self.sink.drop_first_tx
         compiled = self._compiled
         # the compiled path keeps aiortc's SR counters itself, on success
@@ -365,7 +367,8 @@ class BatchStream:
             if drop is None or not drop(data):
                 self._transmit(data, sender)
         # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
-        self.store.record_sent(seq, timestamp, payload, owner, index, ast, now, is_red)
+        # A RED packet as its primary: the store rebuilds the RED payload if it is NACKed.
+        self.store.record_sent(seq, timestamp, primary, owner, index, ast, now, how)
 
     def _transmit(self, data: bytes, sender: RTCRtpSender) -> None:
         direct = self._direct

@@ -92,8 +92,11 @@ class RedSender:
             self.stats.activations += 1
         self._active_until = now + self.hold_s
 
-    def wrap(self, payload: bytes, timestamp: int, now: float) -> tuple[bytes, bool]:
-        """The payload to send for a new frame at ``timestamp`` and whether it is RED."""
+    def wrap(self, payload: bytes, timestamp: int, now: float) -> tuple[bytes, int]:
+        """The payload to send for a new frame at ``timestamp`` (the next packet of the
+        stream: every packet passes here, in order) and how it is made: 0, plain; else
+        ``2 + k``, RED of this primary after the ``k`` previous packets' payloads (what a
+        ``FrameStore`` rebuilds it from: nack/store.py, ``RED_REBUILT``)."""
         history = self._history
         stats = self.stats
         if self.active(now):
@@ -103,13 +106,13 @@ class RedSender:
             out = red.encode(payload, self.opus_pt, blocks)
             stats.red_packets += 1
             stats.redundant_bytes += len(out) - len(payload)
-            is_red = True
+            how = 2 + len(blocks)
         else:
-            out, is_red = payload, False
+            out, how = payload, 0
             stats.plain_packets += 1
         stats.primary_bytes += len(payload)
         history.append((timestamp, payload))
-        return out, is_red
+        return out, how
 
     def as_json(self, now: Callable[[], float] = time.monotonic) -> dict[str, object]:
         s = self.stats

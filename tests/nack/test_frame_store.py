@@ -91,7 +91,8 @@ def test_capacity_bounds():
         FrameStore(257)
 
 
-def batch_store():
+def header_template(payload_type: int = 111):
+    """The stream's header template as the batch path makes it (mid and abs-send-time)."""
     from aiortc.rtcrtpparameters import RTCRtpHeaderExtensionParameters, RTCRtpParameters
     from aiortc.rtp import HeaderExtensionsMap
 
@@ -103,8 +104,12 @@ def batch_store():
         RTCRtpHeaderExtensionParameters(
             id=3, uri="http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"),
     ]))
+    return RtpHeaderTemplate.from_aiortc(payload_type, 0x1234, m, "0")
+
+
+def batch_store():
     store = FrameStore(250)
-    store.header = RtpHeaderTemplate.from_aiortc(111, 0x1234, m, "0")
+    store.header = header_template()
     return store
 
 
@@ -139,3 +144,51 @@ def test_recording_allocates_no_tracked_objects():
         assert len(gc.get_objects()) - before <= 2  # no object per packet
     finally:
         gc.enable()
+
+
+def red_batch_store(max_distance: int):
+    """A batch store whose stream sends RED (payload type 63 over Opus 111), and its sender."""
+    from gateway.webrtc.red_sender import RedSender
+
+    store = batch_store()
+    store.red_header = header_template(63)
+    store.red_opus_pt = 111
+    return store, RedSender(63, 111, distance=2, adaptive=False, max_distance=max_distance)
+
+
+def test_red_packets_are_kept_as_primaries_and_rebuilt_byte_identical():
+    from gateway.nack.store import RED_REBUILT
+
+    store, red = red_batch_store(max_distance=8)
+    sent, primaries = {}, {}
+    for i in range(300):
+        seq, ts = (65400 + i) & 0xFFFF, (i * 960) & 0xFFFFFFFF
+        if i == 3:
+            red.burst_reported(8, now=0.0)  # the distance raised from 2 to 8 from here on
+        primary = bytes([0x68, i & 0xFF]) * (1 + i % 60)
+        payload, how = red.wrap(primary, ts, now=0.0)
+        assert how == RED_REBUILT + min(i, red.distance_at(0.0))
+        sent[seq] = payload
+        primaries[seq] = primary
+        store.record_sent(seq, ts, primary, None, 0, i, 0.0, how)
+    newest = (65400 + 299) & 0xFFFF
+    for back in range(248):
+        seq = (newest - back) & 0xFFFF
+        entry = store.lookup(seq)
+        assert entry.red and entry.payload == sent[seq]  # byte-identical to what was sent
+        assert entry.packet.endswith(sent[seq])
+        assert store._packets[seq & 255] is primaries[seq]  # only the primary is kept
+    # the window's oldest two carried packets the 256-slot ring has overwritten since
+    assert store.lookup((newest - 248) & 0xFFFF) is None
+    assert store.lookup((newest - 249) & 0xFFFF) is None
+
+
+def test_a_red_packet_whose_previous_packets_are_missing_is_not_answered():
+    from gateway.nack.store import RED_REBUILT
+
+    store, _ = red_batch_store(max_distance=2)
+    store.record_sent(8, 0, b"\x68a", None)
+    store.record_sent(10, 1920, b"\x68c", None, red=RED_REBUILT + 2)  # 9 was never recorded
+    assert store.lookup(10) is None
+    store.record_sent(11, 2880, b"\x68d", None, red=RED_REBUILT + 1)
+    assert store.lookup(11).payload.endswith(b"\x68c\x68d")
