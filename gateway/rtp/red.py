@@ -14,11 +14,13 @@ receiver rebuilding a lost frame from redundancy gets exactly the packet that wa
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 MAX_BLOCK = 1023
 MAX_OFFSET = 0x3FFF
+MAX_BLOCKS = 16  # redundant blocks one payload carries at most (the send path: 8)
 
 
 class MalformedRed(ValueError):
@@ -32,20 +34,27 @@ class RedBlock:
     data: bytes
 
 
+# The block headers of a RED payload with k redundant blocks: k 32-bit words, then the
+# primary's octet (one ``pack`` per packet, not a bytearray grown word by word).
+_HEADERS = [struct.Struct(">" + "I" * k + "B") for k in range(MAX_BLOCKS + 1)]
+
+
 def encode(primary: bytes, payload_type: int, redundant: Sequence[tuple[int, bytes]]) -> bytes:
     """A RED payload: ``redundant`` as (timestamp offset, payload) oldest first, then the primary;
-    every block of ``payload_type``. Blocks that cannot be carried (too long, offset too far)
-    are left out."""
-    headers = bytearray()
-    body = []
+    every block of ``payload_type``. Blocks that cannot be carried (too long, offset too far,
+    empty, more than ``MAX_BLOCKS``) are left out. The send path calls this for every packet
+    while RED is on: one header ``pack`` and one join."""
+    high = (0x80 | payload_type) << 24
+    words = []
+    parts: list[bytes] = [b""]
     for offset, data in redundant:
-        if not 0 < offset <= MAX_OFFSET or len(data) > MAX_BLOCK or not data:
-            continue
-        word = (0x80 | payload_type) << 24 | offset << 10 | len(data)
-        headers += word.to_bytes(4, "big")
-        body.append(data)
-    headers.append(payload_type & 0x7F)
-    return bytes(headers) + b"".join(body) + primary
+        size = len(data)
+        if 0 < offset <= MAX_OFFSET and 0 < size <= MAX_BLOCK and len(words) < MAX_BLOCKS:
+            words.append(high | offset << 10 | size)
+            parts.append(data)
+    parts[0] = _HEADERS[len(words)].pack(*words, payload_type & 0x7F)
+    parts.append(primary)
+    return b"".join(parts)
 
 
 def decode(payload: bytes) -> list[RedBlock]:

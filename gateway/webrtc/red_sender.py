@@ -21,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import islice
 
 from gateway.rtp import red
 
@@ -99,10 +100,11 @@ class RedSender:
         ``FrameStore`` rebuilds it from: nack/store.py, ``RED_REBUILT``)."""
         history = self._history
         stats = self.stats
-        if self.active(now):
-            distance = self.distance_at(now)
-            recent = list(history)[-distance:] if distance < len(history) else history
-            blocks = [((timestamp - ts) & 0xFFFFFFFF, p) for ts, p in recent]
+        if now < self._active_until:  # active(now), inline: this runs for every packet
+            distance = self._raised if now < self._raised_until else self.distance
+            skip = len(history) - distance
+            blocks = [((timestamp - ts) & 0xFFFFFFFF, p)
+                      for ts, p in (islice(history, skip, None) if skip > 0 else history)]
             out = red.encode(payload, self.opus_pt, blocks)
             stats.red_packets += 1
             stats.redundant_bytes += len(out) - len(payload)
