@@ -68,6 +68,10 @@ Touched:
   ``_early_checks`` / ``_early_checks_done``: the deque dropped once ``connect`` ran them;
   ``RTCPeerConnection.__certificates``: ``share_certificate`` gives every session the process's
   DTLS certificate (≈ 6.4 KB of OpenSSL memory a session).
+- ``RTCRtpSender._run_rtcp`` (replaced per instance before aiortc starts the sender),
+  ``_send_rtcp``, ``_ssrc``, ``__cname``, the SR counters, ``__lsr`` / ``__lsr_time``,
+  ``__rtcp_started`` / ``__rtcp_exited``: ``park_sender_reports`` / ``sender_report``
+  (``reports``): a session's sender reports leave from the shared tick, not from a task.
 """
 
 from __future__ import annotations
@@ -90,6 +94,12 @@ from gateway.aiortc_compat.ice import (
     _original_get_host_addresses as _original_get_host_addresses,
 )
 from gateway.aiortc_compat.memory import _memory_problems, lazy_events, share_certificate  # noqa: F401
+from gateway.aiortc_compat.reports import (  # noqa: F401
+    _report_problems,
+    park_sender_reports,
+    sender_report,
+    unpark_sender_reports,
+)
 from gateway.aiortc_compat.rtp_taps import *  # noqa: F403
 from gateway.aiortc_compat.rtp_taps import _receiver_rtcp_problems
 from gateway.aiortc_compat.sender import *  # noqa: F403
@@ -125,6 +135,7 @@ def check_internals() -> list[str]:
         if not hasattr(probe, name):
             problems.append(f"aioice.Connection.{name}")
     problems.extend(_receiver_rtcp_problems())
+    problems.extend(_report_problems())
     problems.extend(_teardown_problems())
     problems.extend(_memory_problems())
     problems.extend(_mux_problems())

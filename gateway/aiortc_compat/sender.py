@@ -50,10 +50,13 @@ def note_rtp_sent(
 
 
 
-def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | None:
+def direct_rtp_sender(
+    transport: RTCDtlsTransport, rtcp: bool = False
+) -> Callable[[bytes], bool] | None:
     """A function that SRTP-protects and sends one serialized RTP packet synchronously (no
     await, no task switch) on the transport's nominated ICE pair, returning False, having sent
-    nothing, once that is no longer possible (transport not connected, socket closed).
+    nothing, once that is no longer possible (transport not connected, socket closed). With
+    ``rtcp``, one serialized RTCP compound packet instead (SRTCP).
 
     None when it is not possible at all: not connected yet, or the nominated pair is not a
     plain UDP socket (a TURN relay) -- the caller then uses the async path (``send_rtp_packet``).
@@ -70,7 +73,8 @@ def direct_rtp_sender(transport: RTCDtlsTransport) -> Callable[[bytes], bool] | 
     udp = pair.protocol.transport
     if udp is None:
         return None
-    protect = srtp_protector(transport._tx_srtp)
+    # ``rtcp``: the packets are RTCP (sender reports): SRTCP-protected by pylibsrtp
+    protect = transport._tx_srtp.protect_rtcp if rtcp else srtp_protector(transport._tx_srtp)
     sendto = _datagram_sender(udp)
     is_closing = udp.is_closing
     addr = pair.remote_addr

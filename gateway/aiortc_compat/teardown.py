@@ -13,6 +13,7 @@ from aiortc import (
 )
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ORIGINAL_SEND_RTP
+from gateway.aiortc_compat.reports import unpark_sender_reports
 
 # --- teardown: a closed peer connection's reference cycles, cut (session/teardown.py) ----------
 
@@ -63,6 +64,7 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
       its ``close`` empties the protocols and nominated pairs but keeps the list.
     """
     for transceiver in pc.getTransceivers():
+        unpark_sender_reports(transceiver.sender)
         receiver_vars = vars(transceiver.receiver)
         for name in _OUR_RECEIVER_WRAPPERS:
             receiver_vars.pop(name, None)

@@ -7,8 +7,10 @@ frame (or the keep-alive silence), builds the RTP packet from the stream's heade
 (``RtpHeaderTemplate``: aiortc's exact bytes, three fields patched), records it in the frame store
 (so NACKs are answered exactly as on the aiortc path), protects it and hands it to the socket
 (``aiortc_compat.direct_rtp_sender``: pair, socket and SRTP session looked up once), all
-synchronously. aiortc's own sender stays parked on a track that never yields (its RTCP task keeps
-sending sender reports, whose counters we keep up to date).
+synchronously. aiortc's own sender stays parked on a track that never yields; its RTCP loop is
+parked too (``aiortc_compat.park_sender_reports``: no task per session) and each stream sends its
+sender reports from the tick, every 0.5-1.5 s as aiortc did, from aiortc's counters that the
+sends keep up to date.
 
 It is the transmitter of an ``RtpSink`` (webrtc/rtp_sink.py: the queue, schedule, store, silence,
 stats and test-only drop are the sink's): 960-tick timestamps, marker bit set, mid and
@@ -28,6 +30,8 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from functools import partial
+from weakref import ReferenceType, ref
 
 from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -46,6 +50,9 @@ MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before d
 RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
 DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
 DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus's own)
+# RTCP sender reports every 0.5-1.5 s at random, as aiortc's own loop (RFC 3550 §6.2 varies
+# the interval by 0.5-1.5), sent from the tick instead of a task per session
+REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
@@ -55,6 +62,12 @@ def send_stamp() -> tuple[int, int, bytes]:
     ntp = ntp_now()
     ast = abs_send_time(ntp)
     return ntp, ast, ast.to_bytes(3, "big")
+
+
+def _report_if_alive(stream: ReferenceType[BatchStream]) -> None:
+    alive = stream()
+    if alive is not None:
+        alive._on_report()
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -92,9 +105,8 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "_compiled", "_direct", "_dtx_payload", "_header", "_idle_slots", "_last_error",
-        "_last_slot_empty", "_marker_header",
-        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
+        "__weakref__", "_compiled", "_direct", "_direct_rtcp", "_dtx_payload", "_header",
+        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
         "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
         "store", "ticker",
     )
@@ -154,12 +166,14 @@ class BatchStream:
             )
             self.store.red_opus_pt = self.sink.red.opus_pt
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
+        self._direct_rtcp = aiortc_compat.direct_rtp_sender(sender.transport, rtcp=True)
         self._compiled = self._compiled_sender(sender)
         self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
         self._running = True
         if self.early_first_frame:
             self.queue.on_wake = self._on_wake
         self._schedule()
+        self._schedule_report()
 
     def _compiled_sender(
         self, sender: RTCRtpSender
@@ -198,6 +212,34 @@ class BatchStream:
         # a bound method made per slot: one kept on self would be a cycle (self -> method -> self)
         # and a closed stream would wait for a full collection (tests/test_soak.py)
         self.ticker.call_at(self.pacer.deadline(), self._on_tick)
+
+    def _schedule_report(self) -> None:
+        # aiortc's own RTCP loop is parked (``aiortc_compat.park_sender_reports``): a task per
+        # session waking every second through an await chain, here a tick callback
+        # Held weakly: a tick up to 1.5 s away must not keep a closed session alive (it is
+        # freed by refcounting the moment it closes: tests/test_soak.py).
+        delay = REPORT_MIN_S + random.random() * REPORT_SPAN_S
+        self.ticker.call_at(self.ticker.now() + delay, partial(_report_if_alive, ref(self)))
+
+    def _on_report(self) -> None:
+        """The stream's RTCP sender report (+ SDES), from aiortc's counters that the sends
+        keep (``note_rtp_sent``, or inline on the compiled path), leaving with the tick."""
+        if not self._running:
+            return
+        try:
+            sender = self._sender
+            assert sender is not None
+            data = aiortc_compat.sender_report(sender)
+            direct = self._direct_rtcp
+            with contextlib.suppress(ConnectionError):  # the socket went: as for RTP
+                if direct is None or not direct(data):
+                    self._send_later(data, sender)
+            self.stats.sender_reports += 1
+        except Exception as exc:
+            self._failed(exc)
+        finally:
+            if self._running:
+                self._schedule_report()
 
     def _on_tick(self) -> None:
         # Per packet: this call, the pacer's one call for every due slot, the queue's pop,
@@ -377,6 +419,10 @@ class BatchStream:
                 return
         except ConnectionError:
             return
+        self._send_later(data, sender)
+
+    def _send_later(self, data: bytes, sender: RTCRtpSender) -> None:
+        """Through aiortc's async path (no direct socket: a TURN relay), bounded."""
         if sender.transport.state != "connected":
             return
         if len(self._pending_sends) >= MAX_PENDING_ASYNC:

@@ -127,6 +127,8 @@ class WebRtcLeg:
         """Answer ``offer_sdp`` (raises SdpRejected); the leg then waits for ICE and DTLS."""
         pc = self.pc
         transceiver = pc.addTransceiver(self.track, direction=self.direction)
+        # the batch path sends the sender reports from the tick (webrtc/batch_sender.py)
+        aiortc_compat.park_sender_reports(transceiver.sender)
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer_sdp, type="offer"))
         except Exception as exc:  # aiortc's ValueError, OperationError, InvalidStateError, ...

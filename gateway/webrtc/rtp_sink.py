@@ -42,6 +42,7 @@ class SendStats:
     async_dropped: int = 0  # ... dropped because too many such sends were already pending
     test_dropped: int = 0  # first transmissions lost on purpose (test-only option)
     test_dropped_repairs: int = 0  # ... and resends, in its bursty mode
+    sender_reports: int = 0  # RTCP SR (+ SDES) sent from the tick (batch path)
     first_sent_at: float | None = None  # monotonic: the stream's first packet
 
 

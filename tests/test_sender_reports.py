@@ -1,0 +1,72 @@
+"""Sender reports from the shared tick (issue 28: per-session RTCP off tasks): a gateway session
+has no RTCP task of aiortc's, yet a real aiortc receiver gets its SR + SDES every 0.5-1.5 s with
+the counters of what was sent, and the session still stops cleanly (aiortc's BYE, its exited
+event)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway import aiortc_compat
+from gateway.webrtc.batch_sender import REPORT_MIN_S, REPORT_SPAN_S
+
+
+async def connected_session(gateway):
+    session = next(iter(gateway.registry))
+    await asyncio.wait_for(session.webrtc.connected.wait(), timeout=5)
+    return session
+
+
+def remote_outbound(stats) -> list:
+    return [s for s in stats.values() if s.type == "remote-outbound-rtp"]
+
+
+async def test_reports_reach_an_aiortc_receiver_without_a_task_per_session(connect, gateway):
+    client = await connect()
+    session = await connected_session(gateway)
+    sender = session.webrtc.pc.getTransceivers()[0].sender
+    rtcp_loop = sender._RTCRtpSender__rtcp_task
+    assert not isinstance(rtcp_loop, asyncio.Task)  # parked: a future, no task
+    assert not [t for t in asyncio.all_tasks()
+                if getattr(t.get_coro(), "__qualname__", "") == "RTCRtpSender._run_rtcp"
+                and t.get_coro().cr_frame.f_locals.get("self") is sender]
+    stats = session.webrtc.sink.stats
+    result = await client.say("hi", voice="tone")
+    await client.wait_utterance(result.utterance["id"])
+    before = stats.sender_reports
+    await asyncio.sleep(3.2)
+    reports = stats.sender_reports - before
+    # every 0.5-1.5 s: 2 to 7 reports in 3.2 s (the first may come just after the start)
+    assert 3.2 / (REPORT_MIN_S + REPORT_SPAN_S) - 1 <= reports <= 3.2 / REPORT_MIN_S + 1
+    seen = remote_outbound(await client.transceiver.receiver.getStats())
+    assert seen, "the client's receiver got no sender report"
+    report = seen[0]
+    assert report.ssrc == aiortc_compat.sender_ssrc(sender)
+    # the counters are what was sent by the report's time: at most what is sent by now
+    assert 0 < report.packetsSent <= stats.frames_sent
+    assert report.packetsSent >= stats.frames_sent - 1.5 * 50 - 5  # from the last 1.5 s
+    assert report.bytesSent > 0
+    await client.close()
+    await asyncio.wait_for(session.closed.wait(), timeout=5)
+    assert sender._RTCRtpSender__rtcp_exited.is_set()  # aiortc's stop did not hang
+    assert "_run_rtcp" not in vars(sender)  # teardown took our replacement off the sender
+
+
+async def test_a_session_closed_before_it_connects_stops_cleanly(gateway):
+    """Parked before aiortc ever started the sender: closing touches nothing of ours."""
+    from aiortc import RTCConfiguration, RTCPeerConnection
+
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))  # no STUN: loopback only
+    pc.addTransceiver("audio", direction="recvonly")
+    await pc.setLocalDescription(await pc.createOffer())
+    async with gateway.http.post(f"{gateway.url}/v1/sessions", data=pc.localDescription.sdp,
+                                 headers={"Content-Type": "application/sdp"}) as response:
+        assert response.status == 201
+        location = response.headers["Location"]
+    session = next(iter(gateway.registry))
+    assert "_run_rtcp" in vars(session.webrtc.pc.getTransceivers()[0].sender)
+    async with gateway.http.delete(f"{gateway.url}{location}") as response:
+        assert response.status == 204
+    await asyncio.wait_for(session.closed.wait(), timeout=5)
+    assert "_run_rtcp" not in vars(session.webrtc.pc.getTransceivers()[0].sender)
+    await pc.close()
