@@ -68,6 +68,13 @@ Touched:
   ``_early_checks`` / ``_early_checks_done``: the deque dropped once ``connect`` ran them;
   ``RTCPeerConnection.__certificates``: ``share_certificate`` gives every session the process's
   DTLS certificate (≈ 6.4 KB of OpenSSL memory a session).
+- ``RTCDtlsTransport._rx_srtp`` / ``_state`` / ``_transport`` / ``_rtp_router`` /
+  ``_rtp_header_extensions_map`` / ``__rx_bytes`` / ``__rx_packets``, aioice
+  ``Connection._queue``, ``RTCRtpReceiver._enabled`` / ``__kind`` / ``__codecs`` /
+  ``__remote_streams`` / ``__active_ssrc`` / ``__nack_generator`` /
+  ``__remote_bitrate_estimator``, ``aiortc.rtcrtpreceiver.StreamStatistics``:
+  ``receive_rtp_directly`` (rx_fast.py) takes a connected talker's SRTP RTP from the shared
+  socket's read loop and does what aiortc's receive task would have done with it.
 """
 
 from __future__ import annotations
@@ -92,6 +99,8 @@ from gateway.aiortc_compat.ice import (
 from gateway.aiortc_compat.memory import _memory_problems, lazy_events, share_certificate  # noqa: F401
 from gateway.aiortc_compat.rtp_taps import *  # noqa: F403
 from gateway.aiortc_compat.rtp_taps import _receiver_rtcp_problems
+from gateway.aiortc_compat.rx_fast import *  # noqa: F403
+from gateway.aiortc_compat.rx_fast import _rx_fast_problems
 from gateway.aiortc_compat.sender import *  # noqa: F403
 from gateway.aiortc_compat.teardown import *  # noqa: F403
 from gateway.aiortc_compat.teardown import _teardown_problems
@@ -130,6 +139,7 @@ def check_internals() -> list[str]:
     problems.extend(_mux_problems())
     problems.extend(_consent_problems())
     problems.extend(_check_pacing_problems())
+    problems.extend(_rx_fast_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems
