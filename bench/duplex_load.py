@@ -3,7 +3,9 @@ measured lateness). ``python -m bench.duplex_load`` (a table printed, JSON in be
 it was a non-strict xfail test until 2026-12-02: a speed figure, so it belongs here. 10 talking
 and 200 listening sessions on a machine of 4 cores or more; on 2 cores, 4 and 100 (why below).
 ``DUPLEX_LOAD_TALKERS`` / ``DUPLEX_LOAD_LISTENERS`` override; ``DUPLEX_LOAD_TURN_DETECTOR``
-(default ``smart-turn``: the turn model's process busy too) or ``silence``.
+(default ``smart-turn``: the turn model's process busy too) or ``silence``;
+``DUPLEX_LOAD_RX_FAST_PATH=0``: the talkers' SRTP through aiortc's receive task instead of the
+receive fast path (docs/density.md), to compare in one tree.
 
 The gateway runs in this process (``start_gateway`` below, as the tests' fixture: duplex on,
 real Whisper tiny.en, Silero VAD, the echo agent, tone voices); its event loop paces every
@@ -87,6 +89,8 @@ TALKERS = int(os.environ.get("DUPLEX_LOAD_TALKERS", "10" if BIG else "4"))
 ASR = os.environ.get("DUPLEX_LOAD_ASR", "whisper:tiny.en")  # e.g. whisper:tiny.en?threads=1
 # smart-turn: the talkers' pauses judged by the turn model too (its own process)
 TURN_DETECTOR = os.environ.get("DUPLEX_LOAD_TURN_DETECTOR", "smart-turn")
+# 0: the talkers' SRTP through aiortc's receive task, not the fast path (to compare in one tree)
+RX_FAST_PATH = os.environ.get("DUPLEX_LOAD_RX_FAST_PATH", "1") != "0"
 ROUNDS, QUIET_S, TALK_S = 2, 6.0, 8.0
 OTHERS_MAX_PCT = 30.0  # other processes' CPU (% of a core) above which pacing is not judged
 
@@ -132,7 +136,8 @@ class GatewayCounters:
         return {"slots": slots, "late_slots": late, "rebases": rebases,
                 "decodes": recognizer.decodes, "partials_skipped": recognizer.skipped,
                 "loop_cpu_s": time.thread_time(), "process_cpu_s": time.process_time(),
-                "asr_process_cpu_s": _children_cpu_s(recognizer), "at": time.monotonic()}
+                "asr_process_cpu_s": _children_cpu_s(recognizer), "at": time.monotonic(),
+                "rx_fast": sum(s.webrtc.rx_fast is not None for s in self.registry)}
 
     def mark(self, phase: str) -> None:
         if phase.startswith(("quiet_", "talk_")) and not phase.endswith("_end"):
@@ -191,7 +196,7 @@ def check(name: str, ok: bool, figure: object, target: str, checks: list[dict]) 
 async def run() -> dict:
     started = time.monotonic()
     gateway = await start_gateway(duplex=True, reply_voice="tone", asr=ASR,
-                                  turn_detector=TURN_DETECTOR,
+                                  turn_detector=TURN_DETECTOR, rx_fast_path=RX_FAST_PATH,
                                   max_sessions=LISTENERS + TALKERS + 20, connect_timeout_s=60.0)
     tmp_path = Path(tempfile.mkdtemp(prefix="duplex_load_"))
     gateway.registry.gc.freeze()  # as gateway.cli does once serving
@@ -259,7 +264,8 @@ async def run() -> dict:
               f"(max {g['max_stall_ms']} ms), {g['decodes']:.0f} Whisper decodes; CPU: loop "
               f"thread {g['loop_cpu_pct']} %, other threads {g['other_threads_cpu_pct']} %, "
               f"Whisper's process {g['asr_process_cpu_pct']} %")
-    print(f"talkers: {talkers}; took {time.monotonic() - started:.1f} s")
+    print(f"talkers: {talkers}; receive fast path: {counters.marks['talk_1']['rx_fast']} "
+          f"sessions; took {time.monotonic() - started:.1f} s")
 
     checks: list[dict] = []
     # 1. the talkers really loaded the recogniser in the talking windows
@@ -299,6 +305,7 @@ async def run() -> dict:
         met = "yes" if c["ok"] else "NO"
         print(f"{c['check']:<36} {c['figure']!s:>10} {c['target']:>8}  {met}")
     return {"listeners": LISTENERS, "talkers": TALKERS, "asr": ASR, "pacing_judged": judged,
+            "rx_fast_path": RX_FAST_PATH, "rx_fast_sessions": counters.marks["talk_1"]["rx_fast"],
             "quiet": quiet, "talk": talk, "gateway": gw, "talkers_summary": talkers,
             "checks": checks, "load_before": load_before}
 

@@ -72,6 +72,13 @@ Touched:
   ``_send_rtcp``, ``_ssrc``, ``__cname``, the SR counters, ``__lsr`` / ``__lsr_time``,
   ``__rtcp_started`` / ``__rtcp_exited``: ``park_sender_reports`` / ``sender_report``
   (``reports``): a session's sender reports leave from the shared tick, not from a task.
+- ``RTCDtlsTransport._rx_srtp`` / ``_state`` / ``_transport`` / ``_rtp_router`` /
+  ``_rtp_header_extensions_map`` / ``__rx_bytes`` / ``__rx_packets``, aioice
+  ``Connection._queue``, ``RTCRtpReceiver._enabled`` / ``__kind`` / ``__codecs`` /
+  ``__remote_streams`` / ``__active_ssrc`` / ``__nack_generator`` /
+  ``__remote_bitrate_estimator``, ``aiortc.rtcrtpreceiver.StreamStatistics``:
+  ``receive_rtp_directly`` (rx_fast.py) takes a connected talker's SRTP RTP from the shared
+  socket's read loop and does what aiortc's receive task would have done with it.
 """
 
 from __future__ import annotations
@@ -102,6 +109,8 @@ from gateway.aiortc_compat.reports import (  # noqa: F401
 )
 from gateway.aiortc_compat.rtp_taps import *  # noqa: F403
 from gateway.aiortc_compat.rtp_taps import _receiver_rtcp_problems
+from gateway.aiortc_compat.rx_fast import *  # noqa: F403
+from gateway.aiortc_compat.rx_fast import _rx_fast_problems
 from gateway.aiortc_compat.sender import *  # noqa: F403
 from gateway.aiortc_compat.teardown import *  # noqa: F403
 from gateway.aiortc_compat.teardown import _teardown_problems
@@ -141,6 +150,7 @@ def check_internals() -> list[str]:
     problems.extend(_mux_problems())
     problems.extend(_consent_problems())
     problems.extend(_check_pacing_problems())
+    problems.extend(_rx_fast_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems

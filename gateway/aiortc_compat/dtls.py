@@ -44,6 +44,36 @@ def srtp_protector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
 
 
 
+def srtp_unprotector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
+    """``session.unprotect`` the way ``srtp_protector`` protects: libsrtp's ``srtp_unprotect``
+    on the session's own buffer, one ``int *`` made once (the receive fast path, rx_fast.py).
+    Raises ``pylibsrtp.Error`` as ``unprotect`` does (a replay, a failed authentication).
+    Falls back to ``session.unprotect`` when pylibsrtp's internals are not where expected."""
+    srtp = getattr(session, "_srtp", None)
+    cdata = getattr(session, "_cdata", None)
+    buffer = getattr(session, "_buffer", None)
+    binding = getattr(pylibsrtp, "_binding", None)
+    if srtp is None or cdata is None or buffer is None or binding is None:
+        return session.unprotect
+    unprotect_c = binding.lib.srtp_unprotect
+    length = binding.ffi.new("int *")
+    ctx = srtp[0]
+    limit = len(buffer)
+
+    def unprotect(packet: bytes) -> bytes:
+        n = len(packet)
+        if n > limit:
+            raise ValueError("packet is too long")
+        buffer[0:n] = packet
+        length[0] = n
+        rc = unprotect_c(ctx, cdata, length)
+        if rc:
+            raise pylibsrtp.Error(f"srtp_unprotect failed ({rc})")
+        return bytes(buffer[0 : length[0]])
+
+    return unprotect
+
+
 # --- DTLS: release the handshake's OpenSSL state ---------------------------------------------
 
 

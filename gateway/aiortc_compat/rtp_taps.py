@@ -70,6 +70,8 @@ class _DiscardJitterBuffer:
 
 
 RtpTap = Callable[[Any, int], None]
+#: The tap ``tap_rtp`` installed, kept on the receiver for the receive fast path (rx_fast.py)
+RTP_TAP = "_gateway_rtp_tap"
 
 
 def tap_rtp(receiver: RTCRtpReceiver, tap: RtpTap, bypass_decoder: bool = True) -> None:
@@ -89,6 +91,7 @@ def tap_rtp(receiver: RTCRtpReceiver, tap: RtpTap, bypass_decoder: bool = True) 
         await original(packet, arrival_time_ms)
 
     receiver._handle_rtp_packet = handle  # type: ignore[method-assign]
+    setattr(receiver, RTP_TAP, tap)
 
 
 # --- sender: RTCP interception and retransmission --------------------------------------------

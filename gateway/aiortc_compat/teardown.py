@@ -14,11 +14,12 @@ from aiortc import (
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ORIGINAL_SEND_RTP
 from gateway.aiortc_compat.reports import unpark_sender_reports
+from gateway.aiortc_compat.rtp_taps import RTP_TAP
 
 # --- teardown: a closed peer connection's reference cycles, cut (session/teardown.py) ----------
 
 _OUR_DTLS_WRAPPERS = ("_handle_rtcp_data", "_send_rtp", _ORIGINAL_SEND_RTP)
-_OUR_RECEIVER_WRAPPERS = ("_handle_rtp_packet",)
+_OUR_RECEIVER_WRAPPERS = ("_handle_rtp_packet", RTP_TAP)
 
 
 def _teardown_problems() -> list[str]:
@@ -57,7 +58,8 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
       transport's ``statechange`` -> ``RTCPeerConnection.__updateConnectionState`` -> the peer
       connection -> its DTLS transports;
     - the instance-level wrappers this module installed (``intercept_rtcp``,
-      ``drop_first_transmissions``, ``tap_rtp``, ``impair_incoming``): closures over our
+      ``drop_first_transmissions``, ``tap_rtp``, ``impair_incoming``, the shared socket
+      endpoints' ``receive_rtp_directly`` callback): closures over our
       objects that reach the transport again (RTCP handler -> Retransmitter -> sender ->
       transport; a client's datagram hook -> the client -> its peer connection);
     - aioice's ``Connection._check_list``: pair -> protocol -> ``receiver`` (the connection);
@@ -80,7 +82,8 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
             if connection is not None:
                 vars(connection).pop("data_received", None)  # ``impair_incoming``'s wrapper
                 vars(connection).pop("get_component_candidates", None)  # ``share_udp_socket``
-                vars(connection).pop(_MUX_ENDPOINTS, None)
+                for endpoint in vars(connection).pop(_MUX_ENDPOINTS, ()):
+                    endpoint.fast_receive = None  # ``receive_rtp_directly``
                 check_list = getattr(connection, "_check_list", None)
                 if isinstance(check_list, list):
                     check_list.clear()

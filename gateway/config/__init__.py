@@ -247,6 +247,12 @@ class GatewayConfig:
         "free OpenSSL's DTLS state once a session is connected (about 100 KB per session)",
         group=MEDIA,
     )
+    rx_fast_path: bool = opt(
+        _S("rx_fast_path"),
+        "take a talking session's SRTP straight from the shared UDP socket's read loop "
+        "(no aiortc receive task per packet; off: aiortc's path, to compare)",
+        group=MEDIA,
+    )
     playout_allowance_s: float = opt(
         _S("playout_allowance_s"),
         "a WebRTC listener's playout delay, seconds, added to RTT/2 "

@@ -7,7 +7,9 @@ that arrives to the endpoint it belongs to:
   one): that also binds the request's source address to the endpoint;
 - a STUN response, by its transaction id (recorded when the endpoint sent the request: consent
   checks, connectivity checks, a STUN server's answer);
-- anything else (DTLS, SRTP, SRTCP, STUN indications), by its source address.
+- anything else (DTLS, SRTP, SRTCP, STUN indications), by its source address; an endpoint's
+  ``fast_receive`` (installed by a connected session's receive fast path, aiortc_compat/
+  rx_fast.py) sees it first and may take it then and there, with no queue and no task switch.
 
 Anything the tables do not name is dropped and counted (``MuxStats``). Closing an endpoint
 removes every entry of it. Addresses per endpoint and transactions in flight are bounded.
@@ -25,6 +27,7 @@ import logging
 import os
 import socket
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -75,6 +78,7 @@ class MuxStats:
     sendmmsg_partial: int = 0  # batches the kernel took only part of (the rest: sendto)
     send_failed: int = 0  # datagrams not sent: a full socket buffer, an unreachable address
     compiled_sent: int = 0  # of ``sent``: RTP staged and sent by the compiled send path
+    fast_received: int = 0  # of ``routed_by_address``: taken by an endpoint's fast_receive
 
     def as_json(self) -> dict[str, int]:
         return asdict(self)
@@ -103,6 +107,11 @@ def flush_pending() -> None:
         mux.flush()
 
 
+#: An endpoint's fast path for datagrams routed by address: True when it took the datagram
+#: (the receiver then never sees it), False to let the receiver have it as usual.
+FastReceive = Callable[[bytes], bool]
+
+
 class MuxEndpoint(asyncio.DatagramTransport):
     """One session's view of the shared socket (what aioice's protocol calls its transport)."""
 
@@ -113,6 +122,8 @@ class MuxEndpoint(asyncio.DatagramTransport):
         self.ufrags: list[str] = [ufrag]
         self.addresses: set[Address] = set()
         self.closing = False  # (read directly by the compiled send path, per packet)
+        #: Set by a connected session (SRTP straight from the read loop); None: the receiver
+        self.fast_receive: FastReceive | None = None
 
     # asyncio.DatagramTransport
 
@@ -133,6 +144,7 @@ class MuxEndpoint(asyncio.DatagramTransport):
         if self.closing:
             return
         self.closing = True
+        self.fast_receive = None  # it holds the session's objects (weakly): gone with it
         self.mux.detach(self)
         self.mux.loop.call_soon(self._lost)
 
@@ -268,7 +280,11 @@ class UdpMux:
             else:
                 stats.unknown_source += 1
             return
-        self.stats.routed_by_address += 1
+        stats.routed_by_address += 1
+        fast = endpoint.fast_receive
+        if fast is not None and fast(data):
+            stats.fast_received += 1
+            return
         endpoint.receiver.datagram_received(data, source)
 
     # endpoints

@@ -61,6 +61,7 @@ MUX_COUNTERS = {
     "sendmmsg_partial": "Batches sendmmsg(2) sent only part of (the rest went by sendto)",
     "send_failed": "Datagrams not sent (a full socket buffer, an unreachable address)",
     "compiled_sent": "Datagrams sent by the compiled send path (net/sendpath.py)",
+    "fast_received": "SRTP datagrams taken by a session's receive fast path (no aiortc task)",
 }
 MUX_GAUGES = {
     "sockets": "Shared UDP sockets of this worker",

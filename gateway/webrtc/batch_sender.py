@@ -106,9 +106,9 @@ class BatchStream:
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
         "__weakref__", "_compiled", "_direct", "_direct_rtcp", "_dtx_payload", "_header",
-        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
-        "early_first_frame", "early_sends", "pacer", "queue", "silence", "sink", "stats",
-        "store", "ticker",
+        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_pending_sends",
+        "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx", "early_first_frame",
+        "early_sends", "pacer", "queue", "silence", "sink", "stats", "store", "ticker",
     )
 
     def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:

@@ -97,6 +97,9 @@ class WebRtcLeg:
         self._payload_type = offer.opus_payload_type
         self.events_channel: RTCDataChannel | None = None
         self.uplink: ReceivePath | None = None  # the user's microphone, when sendrecv
+        #: The uplink's receive fast path (None: aiortc's receive task; ``rx_fast_refusal``)
+        self.rx_fast: aiortc_compat.FastReceiveStats | None = None
+        self.rx_fast_refusal: str | None = None
         self.ice_generation = 0
         self._etag_nonce = secrets.token_hex(4)
 
@@ -196,6 +199,7 @@ class WebRtcLeg:
                     transport = self._transceiver.sender.transport
                     self.dtls_released = aiortc_compat.release_dtls(transport)
                 aiortc_compat.lazy_events(self.pc, make_lazy, slim_queue)  # docs/density.md
+                self._receive_directly()
                 self.connected.set()
             elif state in ("failed", "closed"):
                 self.on_failed(f"peer connection {state}")
@@ -203,6 +207,20 @@ class WebRtcLeg:
         self._watchdog = asyncio.get_running_loop().call_later(
             self.options.connect_timeout_s, self._reap_if_never_connected
         )
+
+    def _receive_directly(self) -> None:
+        """The uplink's SRTP straight from the shared socket's read loop (docs/density.md,
+        "The receive fast path"): no aiortc receive task, queue or coroutine per packet."""
+        if self.uplink is None:
+            return
+        if not self.options.rx_fast_path:
+            self.rx_fast_refusal = "off (--no-rx-fast-path)"
+            return
+        receiver = self._transceiver.receiver
+        self.rx_fast = aiortc_compat.receive_rtp_directly(receiver)
+        if self.rx_fast is None:
+            self.rx_fast_refusal = aiortc_compat.fast_receive_refusal(receiver)
+            log.debug("receive fast path not taken: %s", self.rx_fast_refusal)
 
     def _reap_if_never_connected(self) -> None:
         if self.connected_at is None:
@@ -312,6 +330,8 @@ class WebRtcLeg:
             "ice_connection_state": self.pc.iceConnectionState,
             "direction": self.direction,
             "uplink": None if self.uplink is None else self.uplink.stats.as_dict(),
+            "rx_fast": None if self.rx_fast is None else self.rx_fast.as_dict(),
+            "rx_fast_refusal": self.rx_fast_refusal,
             "dtls_released": self.dtls_released,
             "connect_ms": (
                 None

@@ -1,0 +1,258 @@
+"""The receive fast path (issue 28): a connected session's SRTP RTP taken straight from the
+shared UDP socket's read loop, with no queue and no task switch.
+
+aiortc's way, per datagram: the mux -> aioice's ``StunProtocol.datagram_received`` (which first
+tries to parse it as STUN: an exception per RTP packet) -> ``Connection.data_received`` -> its
+queue -> a wake-up of the DTLS transport's receive task (``RTCDtlsTransport.__run``:
+``_recv_next`` -> ``Connection.recv`` -> ``recvfrom``) -> SRTP unprotect -> ``_handle_rtp_data``
+-> ``RtpPacket.parse`` -> the router -> ``RTCRtpReceiver._handle_rtp_packet`` (our tap's async
+wrapper, then aiortc's coroutine). Here, for an audio receiver whose packets only our tap
+consumes (``tap_rtp`` with ``bypass_decoder``: the gateway's uplink), the mux's
+``MuxEndpoint.fast_receive`` does the same work synchronously:
+
+- SRTP unprotect with the transport's own rx session (``_rx_srtp``: the same replay window, so a
+  replayed or forged datagram is dropped exactly as aiortc drops it);
+- ``RtpPacket.parse`` with the transport's header extension map, routed by its ``RtpRouter``;
+- the tap, then what aiortc's ``_handle_rtp_packet`` still does that matters for audio with the
+  decoder bypassed: the active SSRCs and the receiver-report statistics (``StreamStatistics``,
+  what its RTCP task reports). There is no NACK generator nor bitrate estimator for audio
+  (checked at install), and the jitter buffer is ``_DiscardJitterBuffer``;
+- the transport's received counters (``getStats``).
+
+Everything else -- STUN, DTLS, SRTCP (aiortc's RTCP handling and our NACK responder's
+interception), a datagram while aioice's queue still holds earlier ones (order: a packet never
+overtakes one queued before the fast path was installed), a transport not connected -- keeps
+aiortc's path. Private names used here are checked by ``_rx_fast_problems`` (check_internals).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aioice.ice
+import aiortc.rtcdtlstransport
+import aiortc.rtcrtpreceiver
+import pylibsrtp
+from aiortc import RTCDtlsTransport, RTCIceTransport, RTCRtpReceiver
+from aiortc.clock import current_datetime
+from aiortc.rtp import RtpPacket
+
+from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection
+from gateway.aiortc_compat.dtls import srtp_unprotector
+from gateway.aiortc_compat.rtp_taps import _RECEIVER_JITTER_BUFFER, RTP_TAP, _DiscardJitterBuffer
+
+_CONNECTED = aiortc.rtcdtlstransport.State.CONNECTED
+_NTP_OFFSET_S = 2_208_988_800  # 1900 -> 1970: aiortc's ``clock.current_ms`` counts from 1900
+
+_RX_BYTES = "_RTCDtlsTransport__rx_bytes"
+_RX_PACKETS = "_RTCDtlsTransport__rx_packets"
+_DTLS_ATTRS = ("_rx_srtp", "_state", "_transport", "_rtp_router", "_rtp_header_extensions_map",
+               _RX_BYTES, _RX_PACKETS)
+_KIND = "_RTCRtpReceiver__kind"
+_CODECS = "_RTCRtpReceiver__codecs"
+_STREAMS = "_RTCRtpReceiver__remote_streams"
+_ACTIVE_SSRC = "_RTCRtpReceiver__active_ssrc"
+_NACK_GENERATOR = "_RTCRtpReceiver__nack_generator"
+_BITRATE_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
+_RECEIVER_ATTRS = ("_enabled", _KIND, _CODECS, _STREAMS, _ACTIVE_SSRC, _NACK_GENERATOR,
+                   _BITRATE_ESTIMATOR, _RECEIVER_JITTER_BUFFER)
+
+
+def _rx_fast_problems() -> list[str]:
+    """check_internals' part for this module: the names above, and that aiortc's receive path
+    still does what the fast path repeats (the names its code uses)."""
+    problems: list[str] = []
+    dtls_init = RTCDtlsTransport.__init__.__code__.co_names
+    for name in _DTLS_ATTRS:
+        if name not in dtls_init:
+            problems.append(f"RTCDtlsTransport.{name}")
+    recv_next = getattr(RTCDtlsTransport, "_recv_next", None)
+    names = getattr(getattr(recv_next, "__code__", None), "co_names", ())
+    for name in ("_rx_srtp", "unprotect", "_handle_rtp_data", "is_rtcp", _RX_BYTES, _RX_PACKETS):
+        if name not in names:
+            problems.append(f"RTCDtlsTransport._recv_next no longer uses {name}")
+    handle = getattr(RTCDtlsTransport, "_handle_rtp_data", None)
+    names = getattr(getattr(handle, "__code__", None), "co_names", ())
+    for name in ("parse", "_rtp_header_extensions_map", "_rtp_router", "route_rtp",
+                 "_handle_rtp_packet"):
+        if name not in names:
+            problems.append(f"RTCDtlsTransport._handle_rtp_data no longer uses {name}")
+    receiver_init = RTCRtpReceiver.__init__.__code__.co_names
+    for name in _RECEIVER_ATTRS:
+        if name not in receiver_init:
+            problems.append(f"RTCRtpReceiver.{name}")
+    handle = getattr(RTCRtpReceiver, "_handle_rtp_packet", None)
+    names = getattr(getattr(handle, "__code__", None), "co_names", ())
+    for name in ("_enabled", _ACTIVE_SSRC, _CODECS, _STREAMS, "StreamStatistics", "add",
+                 _NACK_GENERATOR, _BITRATE_ESTIMATOR, _RECEIVER_JITTER_BUFFER):
+        if name not in names:
+            problems.append(f"RTCRtpReceiver._handle_rtp_packet no longer uses {name}")
+    if not callable(getattr(aiortc.rtcrtpreceiver, "StreamStatistics", None)):
+        problems.append("aiortc.rtcrtpreceiver.StreamStatistics")
+    data_received = getattr(aioice.ice.Connection, "data_received", None)
+    if "_queue" not in getattr(getattr(data_received, "__code__", None), "co_names", ()):
+        problems.append("aioice.Connection.data_received no longer queues to _queue")
+    if "_connection" not in RTCIceTransport.__init__.__code__.co_names:
+        problems.append("RTCIceTransport._connection")
+    return problems
+
+
+#: Another receiver's packets handed to aiortc's handler (a task each, kept until done)
+_FOREIGN: set[asyncio.Future[None]] = set()
+
+
+@dataclass
+class FastReceiveStats:
+    """One session's fast path (``WebRtcLeg.state()`` -> ``rx_fast``)."""
+
+    packets: int = 0  # RTP handed to the tap from the read loop
+    queued_behind: int = 0  # left to aiortc: its queue still held earlier datagrams (order)
+    srtp_dropped: int = 0  # unprotect refused them (a replay, failed authentication): dropped
+    malformed: int = 0  # not parseable as RTP once unprotected: dropped (as aiortc does)
+    unrouted: int = 0  # no receiver for its SSRC / payload type: dropped (as aiortc does)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def fast_receive_refusal(receiver: RTCRtpReceiver) -> str | None:
+    """Why ``receive_rtp_directly`` would not install on ``receiver`` (None: it would)."""
+    transport = receiver.transport
+    if transport is None or transport.state != "connected":
+        return "transport not connected"
+    for name in _DTLS_ATTRS:
+        if not hasattr(transport, name):
+            return f"RTCDtlsTransport has no {name}"
+    if transport._rx_srtp is None:
+        return "no SRTP session"
+    for name in _RECEIVER_ATTRS:
+        if not hasattr(receiver, name):
+            return f"RTCRtpReceiver has no {name}"
+    if getattr(receiver, _KIND) != "audio":
+        return "not an audio receiver"
+    if getattr(receiver, _NACK_GENERATOR) is not None:
+        return "aiortc generates NACKs for this receiver"
+    if getattr(receiver, _BITRATE_ESTIMATOR) is not None:
+        return "aiortc estimates this receiver's bitrate"
+    if not isinstance(getattr(receiver, _RECEIVER_JITTER_BUFFER), _DiscardJitterBuffer):
+        return "aiortc's decoder is in use (tap_rtp without bypass_decoder)"
+    if vars(receiver).get(RTP_TAP) is None:
+        return "no RTP tap"
+    if transport._rtp_router.receivers - {receiver}:
+        return "the transport has other receivers"
+    connection = _ice_connection(transport)
+    if "data_received" in vars(connection):
+        return "incoming datagrams are impaired (impair_incoming)"
+    if not vars(connection).get(_MUX_ENDPOINTS):
+        return "not on the shared UDP socket"
+    return None
+
+
+def receive_rtp_directly(receiver: RTCRtpReceiver) -> FastReceiveStats | None:
+    """Take ``receiver``'s SRTP RTP from the shared socket's read loop (see the module's doc).
+
+    Call once the transport is connected (SRTP keys set) and after ``tap_rtp``: at the
+    connection's "connected" state change, before aiortc registers the receiver with the
+    transport's router, is fine -- until then the router routes nowhere and the datagram is
+    dropped, as aiortc's own path drops it; a receiver of another kind registered since is
+    given its packets aiortc's way (its ``_handle_rtp_packet``, in a task). Returns the
+    path's counters, or None when it does not apply (``fast_receive_refusal`` says why): then
+    nothing changed. The callback is removed when the endpoint closes (the session's ICE
+    close), or by ``stop_receiving_directly``; it holds the session's objects weakly."""
+    if fast_receive_refusal(receiver) is not None:
+        return None
+    transport = receiver.transport
+    endpoints = vars(_ice_connection(transport))[_MUX_ENDPOINTS]
+    stats = FastReceiveStats()
+    callback = _fast_receive(transport, receiver, stats)
+    for endpoint in endpoints:
+        endpoint.fast_receive = callback
+    return stats
+
+
+def stop_receiving_directly(transport: RTCDtlsTransport) -> None:
+    """Remove the fast path from every shared-socket endpoint of ``transport``'s ICE agent."""
+    connection = getattr(transport.transport, "_connection", None)
+    for endpoint in vars(connection).get(_MUX_ENDPOINTS, ()) if connection is not None else ():
+        endpoint.fast_receive = None
+
+
+def _fast_receive(
+    transport: RTCDtlsTransport, receiver: RTCRtpReceiver, stats: FastReceiveStats
+) -> Callable[[bytes], bool]:
+    """The endpoint's callback. It holds the transport and receiver weakly (the endpoint is
+    reachable from them: a strong reference would be a reference cycle per session), and
+    reads the tap per packet (it reaches the session: the same)."""
+    transport_ref = weakref.ref(transport)
+    receiver_ref = weakref.ref(receiver)
+    session = transport._rx_srtp
+    unprotect = srtp_unprotector(session)
+    parse = RtpPacket.parse
+    codecs: dict[int, Any] = getattr(receiver, _CODECS)
+    streams: dict[int, Any] = getattr(receiver, _STREAMS)
+    active: dict[int, Any] = getattr(receiver, _ACTIVE_SSRC)
+    statistics = aiortc.rtcrtpreceiver.StreamStatistics
+    now = time.time
+    srtp_error = pylibsrtp.Error
+
+    def fast_receive(data: bytes) -> bool:
+        first = data[0]
+        # SRTP/SRTCP only (128..191, aiortc's test), and not SRTCP (``is_rtcp``: 192..208)
+        if first < 128 or first > 191 or len(data) < 2 or 192 <= data[1] <= 208:
+            return False
+        dtls = transport_ref()
+        rtp_receiver = receiver_ref()
+        if dtls is None or rtp_receiver is None or dtls._state is not _CONNECTED:
+            return False
+        if dtls._rx_srtp is not session:  # (aiortc never re-keys; if it did: its own path)
+            return False
+        if dtls._transport._connection._queue.qsize():
+            stats.queued_behind += 1  # earlier datagrams first: aiortc's task takes this too
+            return False
+        size = len(data)
+        setattr(dtls, _RX_BYTES, getattr(dtls, _RX_BYTES) + size)
+        setattr(dtls, _RX_PACKETS, getattr(dtls, _RX_PACKETS) + 1)
+        arrival_ms = int((now() + _NTP_OFFSET_S) * 1000)  # as aiortc's clock.current_ms()
+        try:
+            clear = unprotect(data)
+        except srtp_error:
+            stats.srtp_dropped += 1
+            return True
+        try:
+            packet = parse(clear, dtls._rtp_header_extensions_map)
+        except ValueError:
+            stats.malformed += 1
+            return True
+        target = dtls._rtp_router.route_rtp(packet)
+        if target is None:
+            stats.unrouted += 1
+            return True
+        if target is not rtp_receiver:  # (not at install: a receiver added since) aiortc's way
+            task = asyncio.ensure_future(
+                target._handle_rtp_packet(packet, arrival_time_ms=arrival_ms))
+            _FOREIGN.add(task)
+            task.add_done_callback(_FOREIGN.discard)
+            return True
+        tap = vars(rtp_receiver).get(RTP_TAP)
+        if tap is not None:
+            tap(packet, arrival_ms)
+        stats.packets += 1
+        if not rtp_receiver._enabled:
+            return True
+        ssrc = packet.ssrc
+        active[ssrc] = current_datetime()
+        codec = codecs.get(packet.payload_type)
+        if codec is None:
+            return True
+        stream = streams.get(ssrc)
+        if stream is None:
+            stream = streams[ssrc] = statistics(codec.clockRate)
+        stream.add(packet)  # what aiortc's receiver reports (RTCP RR) are made of
+        return True
+
+    return fast_receive
