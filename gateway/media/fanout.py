@@ -177,7 +177,7 @@ class FanoutFeed:
     def cancel(self) -> None:
         """Stop: nothing more is handed and ``on_end`` is not called."""
         if self._waiting is not None:
-            self._waiting.cancel_space()
+            self._waiting.cancel_space(self._resume)
         self._finish()
 
     def run(self) -> None:

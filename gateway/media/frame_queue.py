@@ -142,9 +142,11 @@ class FrameQueue:
         self._space.clear()
         self.producer_waits += 1
 
-    def cancel_space(self) -> None:
-        """Forget ``when_space``'s callback (the producer was cut): it is not called."""
-        self._on_space = None
+    def cancel_space(self, callback: Callable[[], None]) -> None:
+        """Forget ``callback`` if ``when_space`` holds it (its producer was cut): it is not
+        called. Another producer's callback, registered since, is left alone."""
+        if self._on_space == callback:  # a bound method: equal, not the same object
+            self._on_space = None
 
     def _drained(self) -> None:
         """Room again (down to low water, or cleared): wake the producer, task or callback."""

@@ -150,8 +150,13 @@ async def test_when_space_is_called_on_clear_and_not_after_cancel_space():
     await asyncio.sleep(0)
     assert calls == ["cleared"]
     q.offer([b"a", b"b"], None)
-    q.when_space(lambda: calls.append("cancelled"))
-    q.cancel_space()
+
+    def cancelled() -> None:
+        calls.append("cancelled")
+
+    q.when_space(cancelled)
+    q.cancel_space(lambda: None)  # not the one waiting: left alone
+    q.cancel_space(cancelled)
     q.clear()
     await asyncio.sleep(0)
     assert calls == ["cleared"]
