@@ -185,7 +185,7 @@ def _release_speech(session: Session) -> None:
     speaker = session.conversation.speaker
     speaker.observer = None
     utterances: dict[int, Utterance] = {id(u): u for u in speaker.recent}
-    for utterance, _voice in speaker._pending:
+    for utterance in speaker.waiting():
         utterances[id(utterance)] = utterance
     for utterance in utterances.values():
         utterance.observer = None

@@ -20,6 +20,12 @@ live HTTP write), with no per-frame bookkeeping. Lists, not deques: an empty deq
 624-byte block, and every session has a queue, empty while it is silent; a list of a queue's
 few dozen frames pops from its front in a memmove of a few hundred bytes (bench.session_memory:
 1.4 KB a silent session).
+
+A producer with no task of its own (a phrase-cache replay: ``FanoutFeed`` in media/fanout.py)
+does not wait in ``extend``: it ``offer``s what fits and asks ``when_space`` to be called back
+once the queue has drained to ``low_water`` (or been cleared), at the moment a waiting
+``extend`` would have been woken. A coroutine chain waiting in ``extend`` (the task, its
+context, five frames) was ≈ 2 KB of a speaking session's heap; the callback is one slot.
 """
 
 from __future__ import annotations
@@ -33,8 +39,8 @@ from gateway.runtime.lazy_event import LazyEvent
 
 
 class FrameQueue:
-    __slots__ = ("_held", "_payloads", "_reader", "_runs", "_space", "high_water", "low_water",
-                 "maxsize", "on_wake", "producer_waits")
+    __slots__ = ("_held", "_on_space", "_payloads", "_reader", "_runs", "_space", "high_water",
+                 "low_water", "maxsize", "on_wake", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -49,6 +55,8 @@ class FrameQueue:
         self._runs: list[list[Any]] = []
         self._space = LazyEvent()
         self._space.set()
+        #: ``when_space``'s callback: a producer without a task waiting for room
+        self._on_space: Callable[[], None] | None = None
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
         self._held = False
         self.high_water = 0
@@ -123,6 +131,36 @@ class FrameQueue:
         """Append as many of ``payloads[start:]`` as fit now, never waiting; returns how many."""
         return self._append(payloads, owner, first_index - start, start)
 
+    def when_space(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, from the loop (``call_soon``), when the queue has drained to
+        ``low_water`` or been cleared -- when a producer waiting in ``extend`` would wake. For
+        a producer with no task that found the queue full (``offer`` took less than it gave):
+        one callback at a time (a queue has one producer); ``cancel_space`` forgets it."""
+        if self._on_space is not None:
+            raise RuntimeError("a producer already waits for room in this queue")
+        self._on_space = callback
+        self._space.clear()
+        self.producer_waits += 1
+
+    def cancel_space(self, callback: Callable[[], None]) -> None:
+        """Forget ``callback`` if ``when_space`` holds it (its producer was cut): it is not
+        called. Another producer's callback, registered since, is left alone."""
+        if self._on_space == callback:  # a bound method: equal, not the same object
+            self._on_space = None
+
+    def _drained(self) -> None:
+        """Room again (down to low water, or cleared): wake the producer, task or callback."""
+        self._space.set()
+        callback = self._on_space
+        if callback is not None:
+            self._on_space = None
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a unit test popping by hand): at once
+                callback()
+            else:
+                loop.call_soon(callback)
+
     def _append(
         self, payloads: Sequence[bytes], owner: FrameOwner | None, index_base: int, done: int
     ) -> int:
@@ -174,7 +212,7 @@ class FrameQueue:
             run[2] -= 1
         payload = payloads.pop(0)
         if len(payloads) <= self.low_water and not self._space.is_set():
-            self._space.set()
+            self._drained()
         return payload, owner, index
 
     def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
@@ -195,7 +233,7 @@ class FrameQueue:
         out = payloads[:count]
         del payloads[:count]
         if len(payloads) <= self.low_water and not self._space.is_set():
-            self._space.set()
+            self._drained()
         return out, owner, first
 
     def clear(self) -> list[EncodedFrame]:
@@ -208,5 +246,5 @@ class FrameQueue:
         ]
         self._payloads.clear()
         self._runs.clear()
-        self._space.set()
+        self._drained()
         return dropped

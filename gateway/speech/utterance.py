@@ -16,9 +16,10 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from gateway.runtime.clock import wall_ms, wall_offset
@@ -41,6 +42,7 @@ class UtteranceState(StrEnum):
 
 
 FINAL_STATES = (UtteranceState.DONE, UtteranceState.INTERRUPTED, UtteranceState.FAILED)
+_NO_DELIVERIES: Mapping[str, Delivery] = MappingProxyType({})
 
 
 @dataclass(eq=False, slots=True)
@@ -142,7 +144,9 @@ class Utterance:
     frames_rendered: int = 0  # 20 ms PCM frames the voice has produced (ahead of encoding)
     cached: bool = False  # served from the phrase cache: no synthesis, no encoding
     total_frames: int | None = None  # known once synthesis has ended
-    deliveries: dict[str, Delivery] = field(default_factory=dict, repr=False)
+    #: by sink, made with the first one (``deliveries``): a pending utterance has none, and
+    #: an empty dict each was 64 bytes
+    _deliveries: dict[str, Delivery] | None = field(default=None, repr=False)
     on_finish: Callable[[Utterance], None] | None = field(default=None, repr=False)
     #: told of every state change (``observer(utterance, state)``), after the code that made it
     observer: Callable[[Utterance, UtteranceState], None] | None = field(default=None, repr=False)
@@ -152,7 +156,8 @@ class Utterance:
     instructions: str | None = None  # for backends that take them (CosyVoice instruct modes)
     #: when each word plays, ms from the utterance's first sample (the synthesizer's own
     #: timings, else estimated; none for a phrase-cache replay), once synthesis has ended
-    words: list[WordTiming] = field(default_factory=list, repr=False)
+    #: (an empty tuple until then, shared: a list each was 56 bytes per listed utterance)
+    words: Sequence[WordTiming] = field(default=(), repr=False)
     #: an open utterance's text, still being appended (speech/text_feed.py); None: all given
     text_feed: TextFeed | None = field(default=None, repr=False)
 
@@ -178,11 +183,20 @@ class Utterance:
                 self._sent.set()
         return self._sent
 
+    @property
+    def deliveries(self) -> Mapping[str, Delivery]:
+        """Its delivery to each sink, by sink name (in the order the sinks got frames)."""
+        deliveries = self._deliveries
+        return _NO_DELIVERIES if deliveries is None else deliveries
+
     def delivery(self, sink: str, first_index: int = 0) -> Delivery:
         """This utterance's delivery to ``sink`` (made on the sink's first frames)."""
-        delivery = self.deliveries.get(sink)
+        deliveries = self._deliveries
+        if deliveries is None:
+            deliveries = self._deliveries = {}
+        delivery = deliveries.get(sink)
         if delivery is None:
-            delivery = self.deliveries[sink] = Delivery(self, sink, first_index)
+            delivery = deliveries[sink] = Delivery(self, sink, first_index)
         return delivery
 
     @property
@@ -212,7 +226,7 @@ class Utterance:
     def _check_done(self) -> None:
         if self.total_frames is None or self.state in FINAL_STATES:
             return
-        if all(d.complete for d in self.deliveries.values()):
+        if self._deliveries is None or all(d.complete for d in self._deliveries.values()):
             self.finish(UtteranceState.DONE)
 
     def finish(self, state: UtteranceState, error: str | None = None) -> None:

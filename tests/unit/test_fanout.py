@@ -106,3 +106,53 @@ async def test_queue_wait_ready_wakes_a_pull_consumer():
     assert queue.offer([b"x"], None) == 1
     await asyncio.wait_for(waiter, 1)
     assert queue.offer([b"y"] * 5, None) == 3  # offer never waits: takes what fits
+
+
+async def test_a_feed_hands_frames_as_extend_does_without_a_task():
+    """``feed``: the same frames to every sink, a full BLOCK sink resuming it as it drains
+    (no task waits), DROP sinks taking what fits, ``on_end`` once all is handed."""
+    fanout = FrameFanout()
+    rtp, slow = FrameQueue(4, low_water=1), FrameQueue(3)
+    fanout.attach("rtp", rtp, SinkPolicy.BLOCK)
+    drop = fanout.attach("slow", slow, SinkPolicy.DROP)
+    u = Utterance("hi", "tone")
+    ended: list[BaseException | None] = []
+    frames = [bytes([i]) for i in range(10)]
+    tasks = len(asyncio.all_tasks())
+    feed = fanout.feed(frames, u, 1, ended.append, start=1)  # frames 1..9, as a replay's rest
+    assert len(rtp) == 4 and len(slow) == 0 and not feed.ended  # rtp full: waiting for room
+    assert len(asyncio.all_tasks()) == tasks
+    got: list[bytes] = []
+    while not ended:
+        got += drain(rtp)
+        await asyncio.sleep(0)
+    got += drain(rtp)
+    assert got == frames[1:] and ended == [None] and feed.ended
+    assert u.deliveries["rtp"].first_index == 1 and u.deliveries["rtp"].frames == 9
+    assert len(slow) == 3 and drop.dropped == 6 and u.deliveries["slow"].skipped == 6
+    assert rtp.producer_waits >= 2 and rtp._on_space is None
+
+
+async def test_a_cancelled_feed_hands_nothing_more_and_is_not_called_back():
+    fanout = FrameFanout()
+    rtp = FrameQueue(4, low_water=1)
+    fanout.attach("rtp", rtp, SinkPolicy.BLOCK)
+    ended: list[BaseException | None] = []
+    feed = fanout.feed([b"x"] * 10, Utterance("hi", "tone"), 0, ended.append)
+    feed.cancel()
+    assert feed.ended and rtp._on_space is None  # the queue lets go of it
+    drain(rtp)
+    await asyncio.sleep(0)
+    assert ended == [] and len(rtp) == 0
+
+
+async def test_a_feed_that_fails_reports_the_error():
+    class Broken:
+        def delivery(self, sink: str, first_index: int):
+            raise RuntimeError("boom")
+
+    fanout = FrameFanout()
+    fanout.attach("rtp", FrameQueue(4), SinkPolicy.BLOCK)
+    ended: list[BaseException | None] = []
+    feed = fanout.feed([b"x"], Broken(), 0, ended.append)  # type: ignore[arg-type]
+    assert feed.ended and len(ended) == 1 and "boom" in repr(ended[0])

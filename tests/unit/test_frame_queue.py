@@ -118,3 +118,55 @@ async def test_pop_run_takes_one_owners_frames_up_to_the_limit_and_frees_room():
     q.pop_run(2)  # down to the low-water mark: the producer is let in
     await asyncio.wait_for(blocked, 1)
     assert q.pop_run(9) == ([b"c"] * 4, None, 2) and q.pop_run(1) is None
+
+
+async def test_when_space_calls_back_once_at_low_water_as_a_waiting_extend_wakes():
+    q = FrameQueue(maxsize=4, low_water=1)
+    calls: list[int] = []
+    assert q.offer([b"a", b"b", b"c", b"d", b"e"], None) == 4  # full: "e" did not fit
+    q.when_space(lambda: calls.append(len(q)))
+    assert q.producer_waits == 1
+    q.pop()
+    q.pop()  # 2 left: above low water
+    await asyncio.sleep(0)
+    assert calls == []
+    q.pop()  # 1 left: low water; called from the loop, not inside pop
+    assert calls == []
+    await asyncio.sleep(0)
+    assert calls == [1]
+    q.pop()
+    await asyncio.sleep(0)
+    assert calls == [1]  # once
+
+
+async def test_when_space_is_called_on_clear_and_not_after_cancel_space():
+    q = FrameQueue(maxsize=2)
+    calls: list[str] = []
+    q.offer([b"a", b"b"], None)
+    q.when_space(lambda: calls.append("cleared"))
+    with pytest.raises(RuntimeError):  # one producer waits at a time
+        q.when_space(lambda: calls.append("second"))
+    q.clear()
+    await asyncio.sleep(0)
+    assert calls == ["cleared"]
+    q.offer([b"a", b"b"], None)
+
+    def cancelled() -> None:
+        calls.append("cancelled")
+
+    q.when_space(cancelled)
+    q.cancel_space(lambda: None)  # not the one waiting: left alone
+    q.cancel_space(cancelled)
+    q.clear()
+    await asyncio.sleep(0)
+    assert calls == ["cleared"]
+    q.when_space(lambda: calls.append("again"))  # free to wait again
+
+
+def test_when_space_without_a_loop_calls_back_at_once():
+    q = FrameQueue(maxsize=2, low_water=0)
+    calls: list[int] = []
+    q.offer([b"a", b"b"], None)
+    q.when_space(lambda: calls.append(len(q)))
+    q.pop_run(2)
+    assert calls == [0]
