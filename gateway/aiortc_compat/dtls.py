@@ -18,30 +18,7 @@ def srtp_protector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
     """``session.protect`` without its per-call overhead (a new ``int *`` per call, type checks):
     libsrtp's ``srtp_protect`` on the session's own buffer, ≈1.1 µs less per packet. Falls back
     to ``session.protect`` when pylibsrtp's internals are not where this expects them."""
-    srtp = getattr(session, "_srtp", None)
-    cdata = getattr(session, "_cdata", None)
-    buffer = getattr(session, "_buffer", None)
-    binding = getattr(pylibsrtp, "_binding", None)
-    if srtp is None or cdata is None or buffer is None or binding is None:
-        return session.protect
-    protect_c = binding.lib.srtp_protect
-    length = binding.ffi.new("int *")
-    ctx = srtp[0]
-    limit = len(buffer) - pylibsrtp.SRTP_MAX_TRAILER_LEN
-
-    def protect(packet: bytes) -> bytes:
-        n = len(packet)
-        if n > limit:
-            raise ValueError("packet is too long")
-        buffer[0:n] = packet
-        length[0] = n
-        rc = protect_c(ctx, cdata, length)
-        if rc:
-            raise pylibsrtp.Error(f"srtp_protect failed ({rc})")
-        return bytes(buffer[0 : length[0]])
-
-    return protect
-
+    return _srtp_call(session, "srtp_protect", pylibsrtp.SRTP_MAX_TRAILER_LEN) or session.protect
 
 
 def srtp_unprotector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
@@ -49,29 +26,36 @@ def srtp_unprotector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
     on the session's own buffer, one ``int *`` made once (the receive fast path, rx_fast.py).
     Raises ``pylibsrtp.Error`` as ``unprotect`` does (a replay, a failed authentication).
     Falls back to ``session.unprotect`` when pylibsrtp's internals are not where expected."""
+    return _srtp_call(session, "srtp_unprotect", 0) or session.unprotect
+
+
+def _srtp_call(session: pylibsrtp.Session, name: str, room: int
+               ) -> Callable[[bytes], bytes] | None:
+    """libsrtp's ``name`` (``srtp_protect`` / ``srtp_unprotect``) on the session's own buffer,
+    leaving ``room`` bytes for the trailer; None when pylibsrtp's internals have moved."""
     srtp = getattr(session, "_srtp", None)
     cdata = getattr(session, "_cdata", None)
     buffer = getattr(session, "_buffer", None)
     binding = getattr(pylibsrtp, "_binding", None)
     if srtp is None or cdata is None or buffer is None or binding is None:
-        return session.unprotect
-    unprotect_c = binding.lib.srtp_unprotect
+        return None
+    call_c = getattr(binding.lib, name)
     length = binding.ffi.new("int *")
     ctx = srtp[0]
-    limit = len(buffer)
+    limit = len(buffer) - room
 
-    def unprotect(packet: bytes) -> bytes:
+    def call(packet: bytes) -> bytes:
         n = len(packet)
         if n > limit:
             raise ValueError("packet is too long")
         buffer[0:n] = packet
         length[0] = n
-        rc = unprotect_c(ctx, cdata, length)
+        rc = call_c(ctx, cdata, length)
         if rc:
-            raise pylibsrtp.Error(f"srtp_unprotect failed ({rc})")
+            raise pylibsrtp.Error(f"{name} failed ({rc})")
         return bytes(buffer[0 : length[0]])
 
-    return unprotect
+    return call
 
 
 # --- DTLS: release the handshake's OpenSSL state ---------------------------------------------
