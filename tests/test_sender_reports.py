@@ -42,9 +42,10 @@ async def test_reports_reach_an_aiortc_receiver_without_a_task_per_session(conne
     assert seen, "the client's receiver got no sender report"
     report = seen[0]
     assert report.ssrc == aiortc_compat.sender_ssrc(sender)
-    # the counters are what was sent by the report's time: at most what is sent by now
+    # the counters are what was sent by the report's time: at most what is sent by now, and
+    # fresh (a report leaves every 1.5 s at most: 75 frames; 3 s of slack for a busy machine)
     assert 0 < report.packetsSent <= stats.frames_sent
-    assert report.packetsSent >= stats.frames_sent - 1.5 * 50 - 5  # from the last 1.5 s
+    assert report.packetsSent >= stats.frames_sent - 3 * 50
     assert report.bytesSent > 0
     await client.close()
     await asyncio.wait_for(session.closed.wait(), timeout=5)
