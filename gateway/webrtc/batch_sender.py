@@ -215,9 +215,9 @@ class BatchStream:
 
     def _schedule_report(self) -> None:
         # aiortc's own RTCP loop is parked (``aiortc_compat.park_sender_reports``): a task per
-        # session waking every second through an await chain, here a tick callback
-        # Held weakly: a tick up to 1.5 s away must not keep a closed session alive (it is
-        # freed by refcounting the moment it closes: tests/test_soak.py).
+        # session waking every second through an await chain, here a tick callback. Held
+        # weakly: a tick up to 1.5 s away must not keep a closed session alive (it is freed
+        # by refcounting the moment it closes: tests/test_soak.py).
         delay = REPORT_MIN_S + random.random() * REPORT_SPAN_S
         self.ticker.call_at(self.ticker.now() + delay, partial(_report_if_alive, ref(self)))
 
@@ -229,11 +229,7 @@ class BatchStream:
         try:
             sender = self._sender
             assert sender is not None
-            data = aiortc_compat.sender_report(sender)
-            direct = self._direct_rtcp
-            with contextlib.suppress(ConnectionError):  # the socket went: as for RTP
-                if direct is None or not direct(data):
-                    self._send_later(data, sender)
+            self._transmit(aiortc_compat.sender_report(sender), sender, self._direct_rtcp)
             self.stats.sender_reports += 1
         except Exception as exc:
             self._failed(exc)
@@ -407,13 +403,16 @@ class BatchStream:
             aiortc_compat.note_rtp_sent(sender, timestamp, ntp, len(payload))
             data = header.build(seq, timestamp, ast_bytes, payload)
             if drop is None or not drop(data):
-                self._transmit(data, sender)
+                self._transmit(data, sender, self._direct)
         # Recorded (and its owner told) last: a failing owner callback loses nothing sent.
         # A RED packet as its primary: the store rebuilds the RED payload if it is NACKed.
         self.store.record_sent(seq, timestamp, primary, owner, index, ast, now, how)
 
-    def _transmit(self, data: bytes, sender: RTCRtpSender) -> None:
-        direct = self._direct
+    def _transmit(
+        self, data: bytes, sender: RTCRtpSender, direct: Callable[[bytes], bool] | None
+    ) -> None:
+        """RTP or RTCP (``direct``: the stream's RTP or RTCP direct sender) on the socket, or
+        through aiortc's async path where there is no direct one; nothing once it is gone."""
         try:
             if direct is not None and direct(data):
                 return

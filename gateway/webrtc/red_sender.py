@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 
+from gateway.nack.store import RED_REBUILT
 from gateway.rtp import red
 
 HOLD_S = 10.0  # redundancy stays on this long after the last report of loss
@@ -95,9 +96,9 @@ class RedSender:
 
     def wrap(self, payload: bytes, timestamp: int, now: float) -> tuple[bytes, int]:
         """The payload to send for a new frame at ``timestamp`` (the next packet of the
-        stream: every packet passes here, in order) and how it is made: 0, plain; else
-        ``2 + k``, RED of this primary after the ``k`` previous packets' payloads (what a
-        ``FrameStore`` rebuilds it from: nack/store.py, ``RED_REBUILT``)."""
+        stream: every packet passes here, in order) and how it is made, in the frame store's
+        terms (nack/store.py): 0, plain; else ``RED_REBUILT + k``, RED of this primary after
+        the ``k`` previous packets' payloads (what the store rebuilds it from)."""
         history = self._history
         stats = self.stats
         if now < self._active_until:  # active(now), inline: this runs for every packet
@@ -108,7 +109,7 @@ class RedSender:
             out = red.encode(payload, self.opus_pt, blocks)
             stats.red_packets += 1
             stats.redundant_bytes += len(out) - len(payload)
-            how = 2 + len(blocks)
+            how = RED_REBUILT + len(blocks)
         else:
             out, how = payload, 0
             stats.plain_packets += 1
