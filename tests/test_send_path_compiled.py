@@ -124,8 +124,16 @@ def test_one_flush_sends_every_staged_packet_in_order():
         stream = batch.new_stream(headers[0].raw, headers[0].ast_at,
                                   aiortc_compat.srtp_session_address(srtp),
                                   sendmmsg.sockaddr_bytes(sink.getsockname()))
-        for _, seq, ts, ast, payload in packets(100, 30):
-            assert batch.stage_raw(stream, headers[0].second_byte, seq, ts, ast, payload) > 0
+        octets = 0
+        for i, (_, seq, ts, ast, payload) in enumerate(packets(100, 30)):
+            assert batch.stage_raw(stream, headers[0].second_byte, seq, ts, ast, payload,
+                                   ntp=1000 + i) > 0
+            octets += len(payload)
+        # the sender-report counters of what was staged, kept in C until taken
+        assert batch.take_counters(stream) == (30, octets, ts, 1000 + 29)
+        assert batch.take_counters(stream)[:2] == (0, 0)
+        assert batch.stage_raw(stream, headers[0].second_byte, 1, 1, 1, bytes(2000)) == -1
+        assert batch.take_counters(stream)[:2] == (0, 0)  # a packet refused is not counted
         staged = batch.staged()
         assert batch.flush() == 30
         received = [sink.recv(2048) for _ in range(30)]

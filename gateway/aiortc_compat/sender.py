@@ -141,11 +141,16 @@ def compiled_rtp_sender(
     """``send(second_byte, seq, timestamp, abs_send_time, ntp, payload)``: the packet staged in
     the shared socket's ``CompiledBatch`` (``header`` -- the stream's serialized RTP header,
     abs-send-time at ``ast_at`` or -1 -- patched, SRTP-protected on the transport's own
-    ``srtp_t``) to leave with the tick's ``sendmmsg``, and aiortc's sender-report counters
-    updated as ``note_rtp_sent`` does (``ntp``: the send time), inline; False, having sent
-    nothing and counted nothing, when it cannot (then the caller takes the Python path: not
-    connected, a pair not on a shared socket with a compiled batch, a protect error). None
-    when the stream cannot use it at all.
+    ``srtp_t``) to leave with the tick's ``sendmmsg``; False, having sent nothing and counted
+    nothing, when it cannot (then the caller takes the Python path: not connected, a pair not
+    on a shared socket with a compiled batch, a protect error). None when the stream cannot
+    use it at all.
+
+    aiortc's sender-report counters (``note_rtp_sent``'s; ``ntp``: the send time) are kept in
+    C by ``gw_stage`` and added to aiortc's sender by ``send.sync()``, which the sender calls
+    before each report (so aiortc's ``getStats`` counts lag by up to a report interval):
+    writing four attributes of aiortc's sender per packet touched its object and dict and
+    made two ints, cache misses at hundreds of streams (docs/density.md).
 
     Per packet this is one Python call around the C one: the batch's ``gw_stage`` and its
     pointer are bound in the closure once (again only when the nominated pair moves to
@@ -205,22 +210,29 @@ def compiled_rtp_sender(
             batch.set_address(stream, address)
             stage_c, ptr = batch.stage_c, batch.ptr
         size = len(payload)
-        n = stage_c(ptr, stream, b1, seq, ts, ast, payload, size)
+        n = stage_c(ptr, stream, b1, seq, ts, ast, ntp, payload, size)
         if n == 1:
             mux.staged()
         elif n == -2:  # the batch is full: out with it, then stage again
             mux.flush()
-            n = stage_c(ptr, stream, b1, seq, ts, ast, payload, size)
+            n = stage_c(ptr, stream, b1, seq, ts, ast, ntp, payload, size)
             if n == 1:
                 mux.staged()
-        if n <= 0:
-            return False
-        # note_rtp_sent, inline (the counters aiortc's RTCP sender reports are built from)
-        sender._RTCRtpSender__ntp_timestamp = ntp  # type: ignore[attr-defined]
-        sender._RTCRtpSender__rtp_timestamp = ts  # type: ignore[attr-defined]
-        sender._RTCRtpSender__octet_count += size  # type: ignore[attr-defined]
-        sender._RTCRtpSender__packet_count += 1  # type: ignore[attr-defined]
-        return True
+        return n > 0
+
+    def sync() -> None:
+        """aiortc's sender-report counters brought up to date with what C staged since the
+        last call (``note_rtp_sent`` for all of those packets at once)."""
+        packets, octets, last_ts, last_ntp = batch.take_counters(stream)
+        if not packets:
+            return
+        sender._RTCRtpSender__octet_count += octets  # type: ignore[attr-defined]
+        sender._RTCRtpSender__packet_count += packets  # type: ignore[attr-defined]
+        # the latest packet of either path (the Python path notes its own as it sends them)
+        if last_ntp >= sender._RTCRtpSender__ntp_timestamp:  # type: ignore[attr-defined]
+            sender._RTCRtpSender__ntp_timestamp = last_ntp  # type: ignore[attr-defined]
+            sender._RTCRtpSender__rtp_timestamp = last_ts  # type: ignore[attr-defined]
 
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
+    send.sync = sync  # type: ignore[attr-defined]
     return send

@@ -49,7 +49,9 @@ int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, in
                    uintptr_t srtp, const unsigned char *addr, int addr_len);
 void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len);
 int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsigned int ts,
-             unsigned int ast, const unsigned char *payload, int payload_len);
+             unsigned int ast, unsigned long long ntp, const unsigned char *payload,
+             int payload_len);
+void gw_stream_take_counters(gw_stream *s, unsigned long long *out);
 int gw_flush(gw_batch *b);
 int gw_count(gw_batch *b);
 void gw_counters(gw_batch *b, unsigned long long *out);
@@ -93,6 +95,10 @@ typedef struct {
     void *srtp;
     struct sockaddr_storage addr;
     socklen_t addr_len;
+    /* what the sender's RTCP reports count, since the last take: packets and payload octets
+       staged, and the last packet's RTP timestamp and NTP send time */
+    unsigned long long packets, octets, last_ntp;
+    unsigned int last_ts;
 } gw_stream;
 
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
@@ -134,7 +140,8 @@ int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, in
    place. Returns the number staged (>= 1), or -1 (too long), -2 (batch full: flush first),
    -(1000 + rc) (srtp_protect failed with rc; nothing staged). */
 int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsigned int ts,
-             unsigned int ast, const unsigned char *payload, int payload_len) {
+             unsigned int ast, unsigned long long ntp, const unsigned char *payload,
+             int payload_len) {
     int n = s->header_len + payload_len;
     if (payload_len < 0 || n + b->trailer > GW_SLOT) return -1;
     if (b->count >= GW_MAX) return -2;
@@ -158,7 +165,18 @@ int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsig
     memcpy(&b->names[i], &s->addr, s->addr_len);
     b->msgs[i].msg_hdr.msg_namelen = s->addr_len;
     b->count = i + 1;
+    s->packets++;
+    s->octets += (unsigned long long)payload_len;
+    s->last_ts = ts;
+    s->last_ntp = ntp;
     return b->count;
+}
+
+/* The sender-report counters since the last take (packets, octets, last timestamp, last NTP),
+   the first two then zeroed. */
+void gw_stream_take_counters(gw_stream *s, unsigned long long *out) {
+    out[0] = s->packets; out[1] = s->octets; out[2] = s->last_ts; out[3] = s->last_ntp;
+    s->packets = 0; s->octets = 0;
 }
 
 /* Send every staged slot (one sendmmsg, more only when the kernel takes part); returns how many
@@ -299,12 +317,13 @@ class CompiledBatch:
         lib, p = self._lib, self._ptr
         stage_c = lib.gw_stage
 
-        def stage(stream: Any, b1: int, seq: int, ts: int, ast: int, payload: bytes) -> int:
-            return int(stage_c(p, stream, b1, seq, ts, ast, payload, len(payload)))
+        def stage(stream: Any, b1: int, seq: int, ts: int, ast: int, payload: bytes,
+                  ntp: int = 0) -> int:
+            return int(stage_c(p, stream, b1, seq, ts, ast, ntp, payload, len(payload)))
 
         self.stage = stage
         # For a caller's own closure (aiortc_compat.compiled_rtp_sender): ``stage_c(ptr,
-        # stream, b1, seq, ts, ast, payload, len(payload))`` is ``stage`` without the Python
+        # stream, b1, seq, ts, ast, ntp, payload, len(payload))`` is ``stage`` without the Python
         # frame between -- one call per packet fewer on the hottest path.
         self.stage_c = stage_c
         self.ptr = p
@@ -323,9 +342,16 @@ class CompiledBatch:
         self._lib.gw_stream_set_addr(stream, addr, len(addr))
 
     def stage_raw(self, stream: Any, b1: int, seq: int, ts: int, ast: int,
-                  payload: bytes) -> int:
-        return int(self._lib.gw_stage(self._ptr, stream, b1, seq, ts, ast, payload,
+                  payload: bytes, ntp: int = 0) -> int:
+        return int(self._lib.gw_stage(self._ptr, stream, b1, seq, ts, ast, ntp, payload,
                                       len(payload)))
+
+    def take_counters(self, stream: Any) -> tuple[int, int, int, int]:
+        """A stream's sender-report counters since the last take: (packets, payload octets,
+        the last packet's RTP timestamp, its NTP send time); the first two restart at 0."""
+        out = self._ffi.new("unsigned long long[4]")
+        self._lib.gw_stream_take_counters(stream, out)
+        return int(out[0]), int(out[1]), int(out[2]), int(out[3])
 
     def flush(self) -> int:
         return int(self.flush_c(self._ptr))

@@ -223,12 +223,15 @@ class BatchStream:
 
     def _on_report(self) -> None:
         """The stream's RTCP sender report (+ SDES), from aiortc's counters that the sends
-        keep (``note_rtp_sent``, or inline on the compiled path), leaving with the tick."""
+        keep (``note_rtp_sent``; the compiled path's, kept in C, added first), leaving with
+        the tick."""
         if not self._running:
             return
         try:
             sender = self._sender
             assert sender is not None
+            if self._compiled is not None:
+                self._compiled.sync()  # type: ignore[attr-defined]  # C's counters to aiortc
             self._transmit(aiortc_compat.sender_report(sender), sender, self._direct_rtcp)
             self.stats.sender_reports += 1
         except Exception as exc:
@@ -392,7 +395,7 @@ class BatchStream:
                 header = self._red_header or header
         drop = self.sink.drop_first_tx
         compiled = self._compiled
-        # the compiled path keeps aiortc's SR counters itself, on success
+        # the compiled path keeps the SR counters itself (in C), on success
         if compiled is None or drop is not None or not compiled(
             header.second_byte, seq, timestamp, ast, ntp, payload
         ):

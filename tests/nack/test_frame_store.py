@@ -177,7 +177,7 @@ def test_red_packets_are_kept_as_primaries_and_rebuilt_byte_identical():
         entry = store.lookup(seq)
         assert entry.red and entry.payload == sent[seq]  # byte-identical to what was sent
         assert entry.packet.endswith(sent[seq])
-        assert store._packets[seq & 255] is primaries[seq]  # only the primary is kept
+        assert store.kept_payload(seq) is primaries[seq]  # only the primary is kept
     # the window's oldest two carried packets the 256-slot ring has overwritten since
     assert store.lookup((newest - 248) & 0xFFFF) is None
     assert store.lookup((newest - 249) & 0xFFFF) is None
