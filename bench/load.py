@@ -62,7 +62,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench import procstats
+from bench import perf_profile, procstats
 from bench.common import RESULTS, free_port, machine, stop, wait_healthy
 from bench.loadgen import LONG_TEXT, LoadSession
 from gateway import aiortc_compat
@@ -236,7 +236,7 @@ async def run_rung(
             cmd += ["--loss", str(args.loss), "--red"]
         if args.profile and n == args.profile:
             profile = Path(args.out).with_name(f"load-profile-{kind}-{n}.txt")
-            cmd += ["--profile", str(profile)]
+            cmd += ["--profile", str(profile), "--profiler", args.profiler]
         gen = await asyncio.create_subprocess_exec(
             *pinned(cmd, args.loadgen_cpu),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
@@ -261,9 +261,10 @@ async def run_rung(
             return rung
         rung.update(json.loads(out.read_text()))
         rung["server_health"] = await fetch_health(url)
-        profile = (rung.get("speaking") or {}).get("profile")
+        profile = (rung.get("speaking") or rung.get("silent") or {}).get("profile")
         if profile and Path(profile).exists():
-            rung["profile_top"] = profile_top(Path(profile))
+            rung["profile_top"] = (perf_profile.summary(Path(profile))
+                                   if args.profiler == "perf" else profile_top(Path(profile)))
         if server.poll() is not None:
             rung["error"] = f"server died: {tail(log)}"
     finally:
@@ -700,8 +701,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="core for the load generator (-1: any)")
     parser.add_argument("--rung-timeout", type=float, default=300.0)
     parser.add_argument("--profile", type=int, default=0, metavar="N",
-                        help="py-spy each server over its speaking window at this N (collapsed "
-                        "stacks next to --out, a summary in the JSON)")
+                        help="py-spy each server over its speaking window (the silent one "
+                        "with --no-speech) at this N (collapsed stacks next to --out, a "
+                        "summary in the JSON)")
+    parser.add_argument("--profiler", choices=("py-spy", "perf"), default="py-spy",
+                        help="--profile's tool: perf samples native code (the interpreter, "
+                        "libpython, libsrtp, the kernel; bench/perf_profile.py)")
     parser.add_argument("--nice", type=int, default=0,
                         help="niceness increment for the server and load generator processes "
                         "(negative, as root: favour them over other work on a shared machine)")

@@ -46,7 +46,7 @@ import aiohttp
 import numpy as np
 from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from bench import procstats
+from bench import perf_profile, procstats
 from bench.loadgen_loss import LossyListener, loss_summary
 from gateway import aiortc_compat
 from gateway.client.capture import DEFAULT_MAX_PACKETS, RtpCapture, decode
@@ -378,8 +378,15 @@ def _pct(values: list[float], q: float) -> float | None:
 # --- the run -----------------------------------------------------------------------------------
 
 
-def start_profiler(pid: int, seconds: float, out: str) -> subprocess.Popen[bytes] | None:
-    """py-spy (collapsed stacks) on the server for ``seconds``; None when py-spy is missing."""
+def start_profiler(pid: int, seconds: float, out: str, tool: str = "py-spy"
+                   ) -> subprocess.Popen[bytes] | None:
+    """py-spy (collapsed stacks) or perf (``tool``, bench/perf_profile.py) on the server for
+    ``seconds``; None when the tool is missing."""
+    if tool == "perf":
+        if not perf_profile.available():
+            return None
+        return subprocess.Popen(perf_profile.record_command(pid, seconds, out),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pyspy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(pyspy).exists():
         return None
@@ -434,9 +441,10 @@ async def recorded_window(
 
 
 async def measure_window(
-    sessions: list[LoadSession], server_pid: int, seconds: float, profile: str | None = None
+    sessions: list[LoadSession], server_pid: int, seconds: float, profile: str | None = None,
+    profiler_tool: str = "py-spy",
 ) -> tuple[dict[str, Any], float, float]:
-    profiler = start_profiler(server_pid, seconds, profile) if profile else None
+    profiler = start_profiler(server_pid, seconds, profile, profiler_tool) if profile else None
     window = await recorded_window(sessions, [server_pid], seconds)
     summary, t0, t1 = window.summary, window.t0, window.t1
     srv0, srv1 = window.before[server_pid], window.after[server_pid]
@@ -565,8 +573,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 return result
             await asyncio.sleep(1.0)  # let the last connections' first packets flow
             if args.silent_window > 0:
+                # profiled here only when no speaking window follows (--no-speech)
                 result["silent"], _, _ = await measure_window(
-                    live, args.server_pid, args.silent_window
+                    live, args.server_pid, args.silent_window,
+                    None if args.speech else args.profile, args.profiler,
                 )
             else:
                 result["silent"] = {"server_rss_kb": procstats.rss_kb(args.server_pid)}
@@ -599,7 +609,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 await asyncio.sleep(1.0)
                 result["speaking"], t0, t1 = await measure_window(
-                    live, args.server_pid, args.window, args.profile
+                    live, args.server_pid, args.window, args.profile, args.profiler
                 )
                 result["decode_check"] = [
                     decode_check(s, t0, t1) for s in live if s.capture is not None
@@ -648,6 +658,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--http-timeout", type=float, default=60.0)
     parser.add_argument("--profile", metavar="PATH",
                         help="py-spy the server over the speaking window (collapsed stacks)")
+    parser.add_argument("--profiler", choices=("py-spy", "perf"), default="py-spy",
+                        help="what --profile runs (perf: native code, bench/perf_profile.py)")
     parser.add_argument("--out", help="write the JSON result here (default: stdout)")
     args = parser.parse_args(argv)
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

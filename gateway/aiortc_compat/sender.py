@@ -233,6 +233,23 @@ def compiled_rtp_sender(
             sender._RTCRtpSender__ntp_timestamp = last_ntp  # type: ignore[attr-defined]
             sender._RTCRtpSender__rtp_timestamp = last_ts  # type: ignore[attr-defined]
 
+    def park(times: tuple[float, float, float, float, float, float], slot: int, seq: int,
+             ts_origin: int, b1: int, ring: Any, silence: bytes) -> Any:
+        """Hand the stream's keep-alive silence to C (``CompiledBatch.park``) while the path
+        is as ``send`` would find it; the batch it is parked on, or None (not parked)."""
+        if transport._state is not connected or endpoint.closing:
+            return None
+        if nominated.get(1) is not pair:
+            return None
+        if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence):
+            return None
+        return batch, mux
+
+    def unpark(parked: Any) -> tuple[float, float, list[int]] | None:
+        return parked[0].unpark(stream)
+
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     send.sync = sync  # type: ignore[attr-defined]
+    send.park = park  # type: ignore[attr-defined]
+    send.unpark = unpark  # type: ignore[attr-defined]
     return send

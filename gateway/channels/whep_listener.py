@@ -72,6 +72,7 @@ class WhepListener(Listener):
 
     def state(self) -> dict[str, Any]:
         leg = self.leg
+        leg.transmitter.settle()  # (silence sent from C counted)
         return {**super().state(), "connection_state": leg.pc.connectionState,
                 "packets_sent": leg.sink.stats.frames_sent,
                 "speech_frames_sent": leg.sink.stats.speech_frames,

@@ -253,6 +253,12 @@ class GatewayConfig:
         "(no aiortc receive task per packet; off: aiortc's path, to compare)",
         group=MEDIA,
     )
+    silence_in_c: bool = opt(
+        _S("silence_in_c"),
+        "between utterances, let the compiled send path send a stream's keep-alive silence "
+        "from C, slot by slot (no Python per packet; off: every slot from the tick, to compare)",
+        group=MEDIA,
+    )
     playout_allowance_s: float = opt(
         _S("playout_allowance_s"),
         "a WebRTC listener's playout delay, seconds, added to RTT/2 "

@@ -41,6 +41,10 @@ PLAIN = 0  # the payload as sent, under the stream's payload type
 RED_AS_SENT = 1  # the payload is the RED payload as sent (``True`` means this)
 RED_REBUILT = 2  # + k: RED from this primary and the k packets before it (``RedSender.wrap``)
 EMPTY = 0xFFFFFFFF  # a ring slot that holds no packet (a packet's word is seq | how << 16)
+# Keep-alive silence recorded by the compiled path's parked sender (net/sendpath.py
+# ``gw_run_parked``), which cannot write the refs list: the payload is ``silence``, no owner.
+PARKED_SILENCE = 0xFF
+NEWEST, RECORDED = RING * 4, RING * 4 + 1  # ``_meta``'s words after the ring
 
 
 @dataclass(slots=True)
@@ -54,8 +58,8 @@ class StoredPacket:
 
 
 class FrameStore:
-    __slots__ = ("_clock", "_meta", "_newest", "_refs", "capacity", "header", "recorded",
-                 "red_header", "red_opus_pt")
+    __slots__ = ("_clock", "_meta", "_refs", "capacity", "header", "red_header", "red_opus_pt",
+                 "silence")
 
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
@@ -67,15 +71,16 @@ class FrameStore:
         # One packet's fields side by side (a record touches one cache line of each, not seven
         # arrays and lists: at hundreds of streams every per-stream line is a cache miss,
         # docs/density.md "Where the time goes in the CPU"). ``_meta``: four 32-bit words
-        # a slot -- seq | how << 16 (EMPTY: none), timestamp, abs-send-time, frame index;
+        # a slot -- seq | how << 16 (EMPTY: none), timestamp, abs-send-time, frame index --,
+        # then the newest seq (EMPTY: none yet) and how many were recorded (mod 2**32): the
+        # layout the compiled path's parked sender writes too (sendpath.PARKED_RING_WORDS).
         # ``_refs``: two a slot -- the Opus payload, its owner (None: keep-alive silence).
-        self._meta = array("I", [EMPTY, 0, 0, 0]) * RING
+        self._meta = array("I", [EMPTY, 0, 0, 0]) * RING + array("I", [EMPTY, 0])
         self._refs: list[bytes | FrameOwner | None] = [b"", None] * RING
         self.header: RtpHeaderTemplate | None = None  # set by the send path when it starts
         self.red_header: RtpHeaderTemplate | None = None  # the RED payload type's, if any
         self.red_opus_pt = 0  # the RED blocks' payload type (Opus), for RED_REBUILT
-        self._newest: int | None = None
-        self.recorded = 0
+        self.silence = b""  # the keep-alive silence packet (PARKED_SILENCE entries)
 
     def record_sent(
         self,
@@ -104,16 +109,17 @@ class FrameStore:
         refs = self._refs
         refs[j] = payload
         refs[j + 1] = owner
-        self._newest = seq
-        self.recorded += 1
+        meta[NEWEST] = seq
+        meta[RECORDED] = (meta[RECORDED] + 1) & 0xFFFFFFFF
         if owner is not None:
             owner.on_frame_sent(index, seq, timestamp, self._clock() if at is None else at)
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
-        if self._newest is None:
+        newest = self._meta[NEWEST]
+        if newest == EMPTY:
             return None
-        age = (self._newest - seq) & 0xFFFF
+        age = (newest - seq) & 0xFFFF
         if age >= self.capacity:
             return None
         i = (seq & (RING - 1)) << 2
@@ -122,10 +128,16 @@ class FrameStore:
         if word & 0xFFFF != seq or word == EMPTY:
             return None
         how = word >> 16
+        timestamp = meta[i + 1]
+        if how == PARKED_SILENCE:
+            if self.header is None:
+                return None
+            packet = self.header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"),
+                                       self.silence)
+            return StoredPacket(seq, timestamp, packet, self.silence, None, False)
         header = self.red_header if how else self.header
         if header is None:
             return None
-        timestamp = meta[i + 1]
         primary = payload = self._refs[i >> 1]
         assert isinstance(primary, bytes)
         if how >= RED_REBUILT:
@@ -161,13 +173,26 @@ class FrameStore:
         word = self._meta[i]
         if word == EMPTY or word & 0xFFFF != seq:
             return None
+        if word >> 16 == PARKED_SILENCE:
+            return self.silence
         payload = self._refs[i >> 1]
         assert isinstance(payload, bytes)
         return payload
 
     @property
     def newest_seq(self) -> int | None:
-        return self._newest
+        newest = self._meta[NEWEST]
+        return None if newest == EMPTY else newest
+
+    @property
+    def recorded(self) -> int:
+        """Packets recorded (mod 2**32)."""
+        return self._meta[RECORDED]
+
+    @property
+    def ring(self) -> array:
+        """The ring's 32-bit words (``_meta``), for the compiled path's parked sender."""
+        return self._meta
 
     def __len__(self) -> int:
         return min(self.recorded, self.capacity)

@@ -31,6 +31,7 @@ import logging
 import os
 import sys
 import tempfile
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 SLOT = 1536  # bytes per datagram slot (as net/sendmmsg.py)
 MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.py)
 MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
+PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest seq, recorded
 
 _CDEF = """
 typedef struct { ...; } gw_batch;
@@ -52,6 +54,14 @@ int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsig
              unsigned int ast, unsigned long long ntp, const unsigned char *payload,
              int payload_len);
 void gw_stream_take_counters(gw_stream *s, unsigned long long *out);
+int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
+            unsigned int ts_origin, unsigned int b1, unsigned int *meta,
+            const unsigned char *silence, int silence_len);
+int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out);
+int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
+                  double early, int limit, double *next_due);
+int gw_parked_count(gw_batch *b);
+void gw_batch_close(gw_batch *b);
 int gw_flush(gw_batch *b);
 int gw_count(gw_batch *b);
 void gw_counters(gw_batch *b, unsigned long long *out);
@@ -64,6 +74,7 @@ _SOURCE = r"""
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,12 +84,19 @@ _SOURCE = r"""
 #define GW_SLOT 1536
 #define GW_MAX 512
 #define GW_HDR 64
+#define GW_SILENCE 64
+#define GW_RING 256
+#define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
 
 typedef int (*gw_protect_fn)(void *ctx, void *hdr, int *len);
+
+typedef struct gw_stream gw_stream;
 
 typedef struct {
     int fd;
     int count;
+    int n_parked, cap_parked;
+    gw_stream **parked;  /* streams whose keep-alive silence C sends (gw_run_parked) */
     int trailer;
     gw_protect_fn protect;
     unsigned long long calls, sent, failed, skipped, protect_failed, batches;
@@ -88,7 +106,7 @@ typedef struct {
     unsigned char arena[GW_MAX * GW_SLOT];
 } gw_batch;
 
-typedef struct {
+struct gw_stream {
     unsigned char header[GW_HDR];
     int header_len;
     int ast_at;
@@ -99,7 +117,18 @@ typedef struct {
        staged, and the last packet's RTP timestamp and NTP send time */
     unsigned long long packets, octets, last_ntp;
     unsigned int last_ts;
-} gw_stream;
+    /* parked (gw_park): the stream's schedule and state while C sends its silence */
+    int parked_at;  /* index in the batch's parked array + 1 (0: not parked) */
+    int broken;     /* a packet could not be staged: parked but silent until unparked */
+    double origin, period, max_lateness, grid_origin, grid_period, early;
+    long long slot;                 /* the next slot */
+    unsigned int seq, ts_origin, b1;
+    unsigned int *meta;             /* the FrameStore's ring: 4 words a slot, then 2 */
+    unsigned char silence[GW_SILENCE];
+    int silence_len;
+    unsigned long long p_slots, p_late, p_rebases, p_frames, p_bytes;
+    double p_max_late;
+};
 
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
     gw_batch *b = calloc(1, sizeof(gw_batch));
@@ -116,7 +145,21 @@ gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
     return b;
 }
 
-void gw_batch_free(gw_batch *b) { free(b); }
+void gw_batch_free(gw_batch *b) {
+    if (b == NULL) return;
+    free(b->parked);
+    free(b);
+}
+
+int gw_parked_count(gw_batch *b) { return b->n_parked; }
+
+/* The socket is gone: nothing more is staged or sent (its descriptor may be reused). */
+void gw_batch_close(gw_batch *b) {
+    for (int i = 0; i < b->n_parked; i++) b->parked[i]->parked_at = 0;
+    b->n_parked = 0;
+    b->count = 0;
+    b->fd = -1;
+}
 
 void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len) {
     if (addr_len < 0 || addr_len > (int)sizeof(s->addr)) addr_len = 0;
@@ -179,13 +222,119 @@ void gw_stream_take_counters(gw_stream *s, unsigned long long *out) {
     s->packets = 0; s->octets = 0;
 }
 
+int gw_flush(gw_batch *b);
+
+/* Park a stream: from now on gw_run_parked sends its keep-alive silence, one packet a due
+   slot, and records each in its FrameStore's ring, until gw_unpark. times: the schedule's
+   origin, period, the lateness that re-anchors it, the tick grid's origin and period, and how
+   early a slot may go (as PacingClock.release_due). Returns 0, or -1 (silence too long). */
+int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
+            unsigned int ts_origin, unsigned int b1, unsigned int *meta,
+            const unsigned char *silence, int silence_len) {
+    if (s->parked_at || silence_len < 0 || silence_len > GW_SILENCE || b->fd < 0) return -1;
+    if (b->n_parked == b->cap_parked) {
+        int cap = b->cap_parked ? b->cap_parked * 2 : 64;
+        gw_stream **grown = realloc(b->parked, (size_t)cap * sizeof(gw_stream *));
+        if (grown == NULL) return -1;
+        b->parked = grown;
+        b->cap_parked = cap;
+    }
+    s->origin = times[0]; s->period = times[1]; s->max_lateness = times[2];
+    s->grid_origin = times[3]; s->grid_period = times[4]; s->early = times[5];
+    s->slot = slot; s->seq = seq & 0xFFFF; s->ts_origin = ts_origin; s->b1 = b1;
+    s->meta = meta;
+    memcpy(s->silence, silence, silence_len);
+    s->silence_len = silence_len;
+    s->p_slots = s->p_late = s->p_rebases = s->p_frames = s->p_bytes = 0;
+    s->p_max_late = 0.0;
+    s->broken = 0;
+    b->parked[b->n_parked++] = s;
+    s->parked_at = b->n_parked;
+    return 0;
+}
+
+/* Unpark: times <- origin, max lateness seen; out <- next slot, next seq, slots released, late
+   slots, re-anchorings, silence packets sent, their bytes. Returns 0, -1 if not parked. */
+int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
+    if (!s->parked_at) return -1;
+    int i = s->parked_at - 1;
+    b->n_parked--;
+    if (i != b->n_parked) {
+        b->parked[i] = b->parked[b->n_parked];
+        b->parked[i]->parked_at = i + 1;
+    }
+    s->parked_at = 0;
+    times[0] = s->origin; times[1] = s->p_max_late;
+    out[0] = s->slot; out[1] = s->seq; out[2] = (long long)s->p_slots;
+    out[3] = (long long)s->p_late; out[4] = (long long)s->p_rebases;
+    out[5] = (long long)s->p_frames; out[6] = (long long)s->p_bytes;
+    return 0;
+}
+
+static double gw_align(const gw_stream *s, double t) {
+    double k = ceil((t - s->grid_origin) / s->grid_period - 1e-6);
+    return s->grid_origin + k * s->grid_period;
+}
+
+/* Every parked stream's due slots (at most limit each), as PacingClock.release_due and the
+   batch path's keep-alive slot: silence staged, recorded in the ring (seq | PARKED << 16,
+   timestamp, abs-send-time, 0; then newest seq and the count recorded). Returns the packets
+   staged; next_due <- the earliest next slot of any parked stream (HUGE_VAL: none). */
+int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
+                  double early, int limit, double *next_due) {
+    int staged = 0;
+    double earliest = HUGE_VAL;
+    for (int k = 0; k < b->n_parked; k++) {
+        gw_stream *s = b->parked[k];
+        double origin = s->origin;
+        long long first = s->slot, slot = first;
+        double due = origin + (double)slot * s->period;
+        while (slot - first < limit && due - now <= early) {
+            double lateness = now - due;
+            long long released = slot++;
+            s->p_slots++;
+            if (lateness > 0.005) {
+                s->p_late++;
+                if (lateness > s->p_max_late) s->p_max_late = lateness;
+            }
+            if (lateness > s->max_lateness) {  /* a stall: the next slot a period from now */
+                origin = gw_align(s, origin + lateness);
+                s->p_rebases++;
+            }
+            due = origin + (double)slot * s->period;
+            if (s->broken) continue;
+            unsigned int seq = s->seq;
+            unsigned int ts = s->ts_origin + (unsigned int)(released * 960);
+            int n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, s->silence, s->silence_len);
+            if (n == -2) {
+                gw_flush(b);
+                n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, s->silence, s->silence_len);
+            }
+            if (n <= 0) { s->broken = 1; continue; }
+            staged++;
+            unsigned int *m = s->meta + (size_t)(seq & (GW_RING - 1)) * 4;
+            m[0] = seq | (GW_PARKED_HOW << 16); m[1] = ts; m[2] = ast & 0xFFFFFF; m[3] = 0;
+            s->meta[GW_RING * 4] = seq;
+            s->meta[GW_RING * 4 + 1]++;
+            s->seq = (seq + 1) & 0xFFFF;
+            s->p_frames++;
+            s->p_bytes += (unsigned long long)s->silence_len;
+        }
+        s->origin = origin;
+        s->slot = slot;
+        if (due < earliest) earliest = due;
+    }
+    *next_due = earliest;
+    return staged;
+}
+
 /* Send every staged slot (one sendmmsg, more only when the kernel takes part); returns how many
    went. A datagram refused for its destination is skipped; a full buffer drops the rest
    (counted as failed: UDP would drop them anyway). */
 int gw_flush(gw_batch *b) {
     int n = b->count, sent = 0;
     b->count = 0;
-    if (n == 0) return 0;
+    if (n == 0 || b->fd < 0) return 0;
     b->batches++;
     while (sent < n) {
         int rc = sendmmsg(b->fd, b->msgs + sent, (unsigned int)(n - sent), 0);
@@ -305,7 +454,8 @@ def failure() -> str | None:
 class CompiledBatch:
     """One socket's staged, protected datagrams (``gw_batch``), sent by ``flush``."""
 
-    __slots__ = ("_counters", "_ffi", "_lib", "_ptr", "flush_c", "ptr", "stage", "stage_c")
+    __slots__ = ("__weakref__", "_counters", "_ffi", "_lib", "_next_due", "_ptr", "_rings",
+                 "flush_c", "ptr", "stage", "stage_c")
 
     def __init__(self, module: Any, fd: int, protect_address: int, trailer: int) -> None:
         self._ffi, self._lib = module.ffi, module.lib
@@ -314,6 +464,8 @@ class CompiledBatch:
             raise MemoryError("gw_batch_new")
         self._ptr = self._ffi.gc(ptr, self._lib.gw_batch_free)
         self._counters = self._ffi.new("unsigned long long[6]")
+        self._next_due = self._ffi.new("double[1]")
+        self._rings: dict[Any, Any] = {}  # parked stream -> its pinned FrameStore ring
         lib, p = self._lib, self._ptr
         stage_c = lib.gw_stage
 
@@ -355,6 +507,51 @@ class CompiledBatch:
 
     def flush(self) -> int:
         return int(self.flush_c(self._ptr))
+
+    def park(self, stream: Any, times: tuple[float, float, float, float, float, float],
+             slot: int, seq: int, ts_origin: int, b1: int, ring: array, silence: bytes) -> bool:
+        """Hand a stream's keep-alive silence to C (``gw_park``): ``times`` -- its schedule's
+        origin, period, re-anchoring lateness, the tick grid's origin and period, how early a
+        slot may go; ``slot``, ``seq``: the next ones; ``ring``: its FrameStore's ring
+        (``PARKED_RING_WORDS`` 32-bit words, kept alive here until ``unpark``). False: not
+        parked."""
+        if ring.itemsize != 4 or len(ring) != PARKED_RING_WORDS or stream in self._rings:
+            return False
+        pinned = self._ffi.from_buffer("unsigned int[]", ring)
+        rc = self._lib.gw_park(self._ptr, stream, list(times), slot, seq & 0xFFFF,
+                               ts_origin & 0xFFFFFFFF, b1, pinned, silence, len(silence))
+        if rc:
+            return False
+        self._rings[stream] = pinned
+        return True
+
+    def unpark(self, stream: Any) -> tuple[float, float, list[int]] | None:
+        """Take a parked stream back: (its schedule's origin, the most lateness seen, [next
+        slot, next seq, slots released, late slots, re-anchorings, silence packets sent, their
+        bytes]); None when it was not parked."""
+        times = self._ffi.new("double[2]")
+        out = self._ffi.new("long long[7]")
+        rc = self._lib.gw_unpark(self._ptr, stream, times, out)
+        self._rings.pop(stream, None)
+        if rc:
+            return None
+        return float(times[0]), float(times[1]), [int(v) for v in out]
+
+    def run_parked(self, now: float, ntp: int, ast: int, early: float, limit: int
+                   ) -> tuple[int, float]:
+        """Every parked stream's due slots sent (``gw_run_parked``): (packets staged, the
+        earliest next slot -- ``math.inf`` when none is parked)."""
+        run = self._lib.gw_run_parked(self._ptr, now, ntp, ast, early, limit, self._next_due)
+        return int(run), float(self._next_due[0])
+
+    @property
+    def parked(self) -> int:
+        return int(self._lib.gw_parked_count(self._ptr))
+
+    def close(self) -> None:
+        """The socket is closed: every parked stream dropped, nothing more sent."""
+        self._lib.gw_batch_close(self._ptr)
+        self._rings.clear()
 
     def count(self) -> int:
         return int(self._lib.gw_count(self._ptr))

@@ -462,7 +462,7 @@ class UdpMux:
     def close(self) -> None:
         """Close the socket; every session still on it sees its transport lost."""
         if self.compiled_batch is not None:
-            self.compiled_batch.discard()
+            self.compiled_batch.close()  # its parked streams too: the descriptor may be reused
         sock, self._sock = self._sock, None
         _PENDING.discard(self)
         if sock is None:

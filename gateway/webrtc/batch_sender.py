@@ -28,7 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
+import weakref
 from collections.abc import Callable
 from functools import partial
 from weakref import ReferenceType, ref
@@ -54,6 +56,7 @@ DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus
 # the interval by 0.5-1.5), sent from the tick instead of a task per session
 REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
+EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
 
 
 def send_stamp() -> tuple[int, int, bytes]:
@@ -68,6 +71,59 @@ def _report_if_alive(stream: ReferenceType[BatchStream]) -> None:
     alive = stream()
     if alive is not None:
         alive._on_report()
+
+
+class _Parked:
+    """The streams of one ticker whose keep-alive silence C sends (``BatchStream._park``):
+    each shared socket's compiled batch they are parked on, run at the end of every tick
+    before the tick's packets are flushed."""
+
+    __slots__ = ("__weakref__", "batches", "ticker")
+
+    def __init__(self, ticker: Ticker) -> None:
+        self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
+        self.batches: dict[object, udp_mux.UdpMux] = {}  # CompiledBatch -> its socket
+
+    def add(self, parked: tuple[object, udp_mux.UdpMux]) -> None:
+        batch, mux = parked
+        self.batches[batch] = mux
+
+    def remove(self, parked: tuple[object, udp_mux.UdpMux]) -> None:
+        batch = parked[0]
+        if not batch.parked:  # type: ignore[attr-defined]
+            self.batches.pop(batch, None)
+
+    def end_of_tick(self) -> None:
+        batches, ticker = self.batches, self.ticker()
+        if batches and ticker is not None:
+            now = ticker.clock()
+            stamp = ticker.tick_stamp or send_stamp()
+            earliest = math.inf
+            for batch, mux in tuple(batches.items()):
+                staged, due = batch.run_parked(  # type: ignore[attr-defined]
+                    now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
+                )
+                if staged:
+                    mux.staged()
+                if due < earliest:
+                    earliest = due
+            if earliest < math.inf:  # keep the grid ticking for them
+                ticker.call_at(earliest, _keep_ticking)
+        udp_mux.flush_pending()
+
+
+def _keep_ticking() -> None:
+    """A tick someone parked waits for (its work is the end-of-tick hook's)."""
+
+
+_PARKED: weakref.WeakKeyDictionary[Ticker, _Parked] = weakref.WeakKeyDictionary()
+
+
+def _parked_on(ticker: Ticker) -> _Parked:
+    parked = _PARKED.get(ticker)
+    if parked is None:
+        parked = _PARKED[ticker] = _Parked(ticker)
+    return parked
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -106,9 +162,10 @@ class BatchStream:
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
         "__weakref__", "_compiled", "_direct", "_direct_rtcp", "_dtx_payload", "_header",
-        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_pending_sends",
-        "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx", "early_first_frame",
-        "early_sends", "pacer", "queue", "silence", "sink", "stats", "store", "ticker",
+        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_parked",
+        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
+        "early_first_frame", "early_sends", "pacer", "park_silence", "parks", "queue",
+        "silence", "sink", "stats", "store", "ticker",
     )
 
     def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:
@@ -143,6 +200,11 @@ class BatchStream:
         self._last_slot_empty = False  # DTX: the last slot released sent no packet
         self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
         self._marker_header: RtpHeaderTemplate | None = None
+        #: between utterances hand the keep-alive silence to C (``_park``); False: every
+        #: slot from this tick (``--no-silence-in-c``: to compare)
+        self.park_silence = True
+        self._parked: object | None = None  # the compiled path's handle while parked
+        self.parks = 0  # times the stream's silence was handed to C
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -159,6 +221,7 @@ class BatchStream:
                 payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=1
             )
         self.store.header = self._header  # NACKed packets are rebuilt from it
+        self.store.silence = self.silence  # ... and the silence C sends while parked
         self._red_header = None
         if self.sink.red is not None:
             self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
@@ -168,10 +231,10 @@ class BatchStream:
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._direct_rtcp = aiortc_compat.direct_rtp_sender(sender.transport, rtcp=True)
         self._compiled = self._compiled_sender(sender)
-        self.ticker.after_each_tick(udp_mux.flush_pending)  # the tick's packets leave together
+        # parked streams' silence, then the tick's packets leave together
+        self.ticker.after_each_tick(_parked_on(self.ticker).end_of_tick)
         self._running = True
-        if self.early_first_frame:
-            self.queue.on_wake = self._on_wake
+        self.queue.on_wake = self._on_wake  # (held until ``stop``)
         self._schedule()
         self._schedule_report()
 
@@ -196,6 +259,8 @@ class BatchStream:
     def stop(self) -> None:
         self._running = False
         self.queue.on_wake = None
+        if self._parked is not None:
+            self._unpark()
         for task in self._pending_sends:
             task.cancel()
 
@@ -228,6 +293,12 @@ class BatchStream:
         if not self._running:
             return
         try:
+            if self._parked is not None:
+                # back to the tick for one slot (it parks again if nothing changed): the
+                # stats are brought up to date, and that slot's send checks the path (a
+                # closed transport, a new pair) as every packet does
+                self._unpark()
+                self._schedule()
             sender = self._sender
             assert sender is not None
             if self._compiled is not None:
@@ -291,10 +362,74 @@ class BatchStream:
             self._failed(exc)
             due = None
         finally:
-            if self._running:
+            if self._running and not (
+                self._idle_slots and self.park_silence and self._park()
+            ):
                 # a bound method made per slot: one kept on self would be a cycle (self ->
                 # method -> self) and a closed stream would wait for a full collection
                 self.ticker.call_at(pacer.deadline() if due is None else due, self._on_tick)
+
+    def _park(self) -> bool:
+        """Hand the keep-alive silence to C until the next frame (``_on_wake``), the next
+        sender report or ``stop``: the compiled path's ``gw_run_parked`` sends it from the
+        end of each tick, slot by slot as the tick would, and records it in the store
+        (docs/density.md, "Silence sent from C"). Only a plain stream: compiled, no DTX, RED
+        not active (adaptive RED turns on with reported loss: until the stream is next taken
+        back, at most a report interval, its silence goes without redundancy), no test loss,
+        nothing queued. True: parked (the tick chain stops here)."""
+        compiled, red, pacer = self._compiled, self.sink.red, self.pacer
+        if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
+                or len(self.queue) or (red is not None and red.active(pacer.clock()))):
+            return False
+        ticker = self.ticker
+        origin, slot = pacer.handover()
+        times = (origin, pacer.period, pacer.max_lateness, ticker.time_of(0), ticker.period,
+                 EARLY_S)
+        parked = compiled.park(  # type: ignore[attr-defined]
+            times, slot, self._seq, self._ts_origin, self._header.second_byte,
+            self.store.ring, self.silence,
+        )
+        if parked is None:
+            return False
+        self._parked = parked
+        self.parks += 1
+        _parked_on(ticker).add(parked)
+        return True
+
+    def _unpark(self) -> None:
+        """Take the silence back from C: the schedule, sequence number and counters as it
+        left them."""
+        parked, self._parked = self._parked, None
+        compiled = self._compiled
+        assert parked is not None and compiled is not None
+        state = compiled.unpark(parked)  # type: ignore[attr-defined]
+        _parked_on(self.ticker).remove(parked)
+        if state is None:
+            return
+        origin, max_late, (slot, seq, released, late, rebases, frames, octets) = state
+        self.pacer.take_back(origin, slot, released, late, rebases, max_late)
+        self._seq = seq
+        stats = self.stats
+        stats.frames_sent += frames
+        stats.silence_frames += frames
+        stats.bytes_sent += octets
+        self._idle_slots += frames
+        red = self.sink.red
+        if red is not None:
+            last = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+            red.sent_plain(self.silence, last, frames)
+
+    def settle(self) -> None:
+        """Bring the counters up to date now (whoever reads them: a session's state, the
+        metrics): a parked stream is taken back; its next tick parks it again."""
+        if self._parked is not None and self._running:
+            self._unpark()
+            self._schedule()
+
+    @property
+    def parked(self) -> bool:
+        """Its keep-alive silence is sent from C right now."""
+        return self._parked is not None
 
     def _failed(self, exc: Exception) -> None:
         self.stats.send_errors += 1
@@ -305,8 +440,14 @@ class BatchStream:
     def _on_wake(self) -> None:
         """A frame reached the empty queue: on an idle DTX stream, send it now rather than in
         the next slot (``early_first_frame``). The stream's own tick chain is left as it is:
-        when it fires, its slot is not due yet, and it re-arms for the next."""
+        when it fires, its slot is not due yet, and it re-arms for the next. A stream whose
+        silence C sends (``_park``) is taken back first: the frame goes in the next slot."""
         if not self._running:
+            return
+        if self._parked is not None:
+            self._unpark()
+            self._schedule()
+        if not self.early_first_frame:
             return
         if not self._idle_slots or not self._last_slot_empty:
             # speaking, or the last slot carried a packet (silence, DTX): the frame keeps its

@@ -91,6 +91,7 @@ class WebRtcLeg:
             self.sink, dtx=options.idle_packets == "dtx",
             early_first_frame=options.early_first_frame,
         )
+        self.transmitter.park_silence = options.silence_in_c
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
         self._watchdog: asyncio.TimerHandle | None = None
@@ -282,6 +283,7 @@ class WebRtcLeg:
 
     def send_counts(self) -> dict[str, int]:
         """This leg's counters, named as the process metrics (runtime/metrics.py) name them."""
+        self.transmitter.settle()  # (silence sent from C counted)
         stats, nack = self.sink.stats, self.retransmitter.stats()
         return {
             "rtp_packets_sent": stats.frames_sent,
@@ -323,6 +325,7 @@ class WebRtcLeg:
         return aiortc_compat.nominated_pair_types(transceiver.sender.transport)
 
     def state(self) -> dict[str, Any]:
+        self.transmitter.settle()  # (silence sent from C counted)
         sink = self.sink
         stats, pacer = sink.stats, sink.pacer.stats
         return {

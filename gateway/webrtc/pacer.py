@@ -126,6 +126,25 @@ class PacingClock:
         self._slot = slot
         return range(first, slot), due
 
+    def handover(self) -> tuple[float, int]:
+        """(origin, next slot) for a sender that releases slots elsewhere for a while (the
+        compiled path's parked sender, net/sendpath.py), as ``release_due`` would; started if
+        need be. ``take_back`` with what it did."""
+        self.deadline()
+        assert self._origin is not None
+        return self._origin, self._slot
+
+    def take_back(self, origin: float, slot: int, released: int, late: int, rebases: int,
+                  max_lateness: float) -> None:
+        """The schedule as the sender ``handover`` handed it to left it, with its accounting."""
+        self._origin, self._slot = origin, slot
+        stats = self.stats
+        stats.slots += released
+        stats.late_slots += late
+        stats.rebases += rebases
+        if max_lateness > stats.max_lateness_s:
+            stats.max_lateness_s = max_lateness
+
     def release(self, now: float | None = None) -> int:
         """Account for releasing the next slot now (on time, early or late); return its index."""
         due = self.deadline()

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 
+from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.nack.store import RED_REBUILT
 from gateway.rtp import red
 
@@ -116,6 +117,20 @@ class RedSender:
         stats.primary_bytes += len(payload)
         history.append((timestamp, payload))
         return out, how
+
+    def sent_plain(self, payload: bytes, last_timestamp: int, count: int) -> None:
+        """``count`` packets of ``payload`` went out plain without ``wrap`` (the keep-alive
+        silence the compiled path sent while parked, RED inactive), the last at
+        ``last_timestamp``, a frame apart: counted, and the history holds them as ``wrap``
+        would have left it."""
+        if count <= 0:
+            return
+        self.stats.plain_packets += count
+        self.stats.primary_bytes += count * len(payload)
+        for back in range(min(count, self.max_distance) - 1, -1, -1):
+            self._history.append(
+                ((last_timestamp - back * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF, payload)
+            )
 
     def as_json(self, now: Callable[[], float] = time.monotonic) -> dict[str, object]:
         s = self.stats
