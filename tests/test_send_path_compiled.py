@@ -15,8 +15,10 @@ from aiortc.rtp import HeaderExtensionsMap
 
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
+from gateway.nack.store import FrameStore
 from gateway.net import sendmmsg, sendpath
 from gateway.rtp.header import RtpHeaderTemplate
+from gateway.webrtc.pacer import PacingClock
 
 KEY = bytes(range(30))
 SSRC = 0x1234ABCD
@@ -211,3 +213,76 @@ async def test_fallback_when_the_extension_is_absent(start_gateway, monkeypatch)
     assert health["send_path"] == "python"
     assert "disabled" in health["udp_mux"]["send_path_reason"]
     assert health["udp_mux"]["compiled_sent"] == 0
+
+
+def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
+    """``gw_run_parked``: slots released as ``PacingClock.release_due`` releases them (early
+    by 0.5 ms, at most ``limit`` a run, re-anchored after a stall), each carrying the fed frame
+    or the silence, protected as the Python path protects the same packet, recorded in a
+    FrameStore's ring as ``FrameStore.lookup`` reads it; a fed frame ends the stream's run."""
+    header = templates()[1]  # (a stream without DTX: every packet has the marker bit)
+    python_session, compiled_session = session(), session()
+    protect = aiortc_compat.srtp_protector(python_session)
+    batch, out, sink = compiled_batch()
+    store = FrameStore()
+    store.header, store.silence = header, b"\xf8\xff\xfe"
+    pacer = PacingClock(period=0.02, max_lateness=0.1, clock=lambda: 0.0, align=lambda t: t)
+    try:
+        stream = batch.new_stream(header.raw, header.ast_at,
+                                  aiortc_compat.srtp_session_address(compiled_session),
+                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
+        origin, slot = 1000.0, 7
+        ts_origin, seq = 0xFFFFF000, 65530
+        assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025, 0.0005), slot, seq,
+                          ts_origin, header.second_byte, store.ring, store.silence, handle=42)
+        pacer._origin, pacer._slot = origin, slot  # the reference schedule
+        ast = 0x123456
+        # (now, fed frame or None): on time, a fed frame, early by 0.4 ms, late by 3 slots
+        # (catch-up, a fed frame stops it), a stall past max lateness (re-anchored)
+        runs = [(origin + 7 * 0.02, None), (origin + 8 * 0.02, b"speech-1"),
+                (origin + 9 * 0.02 - 0.0004, None), (origin + 13 * 0.02, None),
+                (origin + 16 * 0.02 + 0.0001, b"speech-2"), (origin + 16 * 0.02, None),
+                (origin + 27 * 0.02, None)]
+        expected: list[bytes] = []
+        for now, fed in runs:
+            if fed is not None:
+                assert batch.feed(stream, fed, 77)
+            staged, due, consumed = batch.run_parked(now, 5, ast, 0.0005, 5)
+            released, next_due = pacer.release_due(now, 5)
+            if fed is not None and len(released) > 1:
+                # C stops at the fed frame: the rest of the due slots wait for the next run
+                pacer._slot = released[0] + 1  # (no stall here: the origin stays)
+                released = released[:1]
+                next_due = pacer.deadline()
+            assert due == pytest.approx(next_due)
+            for k, s in enumerate(released):
+                payload = fed if (fed is not None and k == 0) else store.silence
+                plain = header.build(seq, (ts_origin + s * 960) & 0xFFFFFFFF,
+                                     ast.to_bytes(3, "big"), payload)
+                expected.append(protect(plain))
+                if payload is fed:  # the sender's half (``BatchStream._sent_fed``)
+                    store.record_refs(seq, fed, None, 77, 0, now)
+                kept = store.lookup(seq)
+                assert kept is not None and kept.packet == plain and kept.payload == payload
+                seq = (seq + 1) & 0xFFFF
+            assert staged == len(released)
+            if fed is not None:
+                assert consumed is not None and consumed.tolist() == [
+                    42, (seq - len(released)) & 0xFFFF, (ts_origin + released[0] * 960)
+                    & 0xFFFFFFFF]
+            else:
+                assert consumed is None
+        # slots: 7; 8 (fed); 9 (early); 10-13 (late); 14 (fed: 15-16 wait); 15-16; 17 (a stall:
+        # re-anchored, the next a period away) -- 11 packets, across the seq wrap
+        assert seq == (65530 + 11) & 0xFFFF
+        got = batch.staged()
+        assert got == expected
+        origin_back, max_late, state = batch.unpark(stream)
+        assert max_late == pytest.approx(0.2)  # the stall's
+        assert state[0] == pacer.next_slot and state[1] == seq
+        assert origin_back == pytest.approx(pacer._origin) and state[4] == 1  # one re-anchor
+        assert not batch.feed(stream, b"x", 1)  # not in C any more
+        batch.discard()
+    finally:
+        out.close()
+        sink.close()

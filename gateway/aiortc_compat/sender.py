@@ -4,6 +4,7 @@ synchronous SRTP-protect-and-send on the nominated ICE pair (``direct_rtp_sender
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import aioice.candidate
@@ -234,22 +235,28 @@ def compiled_rtp_sender(
             sender._RTCRtpSender__rtp_timestamp = last_ts  # type: ignore[attr-defined]
 
     def park(times: tuple[float, float, float, float, float, float], slot: int, seq: int,
-             ts_origin: int, b1: int, ring: Any, silence: bytes) -> Any:
+             ts_origin: int, b1: int, ring: Any, silence: bytes, handle: int) -> Any:
         """Hand the stream's keep-alive silence to C (``CompiledBatch.park``) while the path
         is as ``send`` would find it; the batch it is parked on, or None (not parked)."""
         if transport._state is not connected or endpoint.closing:
             return None
         if nominated.get(1) is not pair:
             return None
-        if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence):
+        if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence, handle):
             return None
-        return batch, mux
+        # (batch, socket, ``gw_feed`` bound to the stream: ``feed(payload, len, index)``, 0
+        # when taken -- one C call a frame, no Python between)
+        return batch, mux, partial(batch.feed_c, stream)
 
     def unpark(parked: Any) -> tuple[float, float, list[int]] | None:
         return parked[0].unpark(stream)
+
+    def unfeed(parked: Any) -> bool:
+        return parked[0].unfeed(stream)
 
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     send.sync = sync  # type: ignore[attr-defined]
     send.park = park  # type: ignore[attr-defined]
     send.unpark = unpark  # type: ignore[attr-defined]
+    send.unfeed = unfeed  # type: ignore[attr-defined]
     return send

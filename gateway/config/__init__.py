@@ -253,10 +253,10 @@ class GatewayConfig:
         "(no aiortc receive task per packet; off: aiortc's path, to compare)",
         group=MEDIA,
     )
-    silence_in_c: bool = opt(
-        _S("silence_in_c"),
-        "between utterances, let the compiled send path send a stream's keep-alive silence "
-        "from C, slot by slot (no Python per packet; off: every slot from the tick, to compare)",
+    send_in_c: bool = opt(
+        _S("send_in_c"),
+        "let the compiled send path send a plain stream (no DTX, RED inactive) from C, slot by "
+        "slot, its frames fed one ahead (off: every slot from Python's tick, to compare)",
         group=MEDIA,
     )
     playout_allowance_s: float = opt(

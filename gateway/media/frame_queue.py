@@ -40,7 +40,7 @@ from gateway.runtime.lazy_event import LazyEvent
 
 class FrameQueue:
     __slots__ = ("_held", "_on_space", "_payloads", "_reader", "_runs", "_space", "high_water",
-                 "low_water", "maxsize", "on_wake", "producer_waits")
+                 "low_water", "maxsize", "on_take_back", "on_wake", "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -63,6 +63,10 @@ class FrameQueue:
         self.producer_waits = 0  # times a producer slept on a full queue
         #: called when a frame arrives in an empty queue (a paced consumer that may send early)
         self.on_wake: Callable[[], None] | None = None
+        #: called before ``hold`` and ``clear``: a consumer that took a frame ahead of its
+        #: slot and has not sent it puts it back (``push_front``), so it is held or dropped
+        #: with the rest (the compiled path's fed frame, webrtc/batch_sender.py)
+        self.on_take_back: Callable[[], None] | None = None
 
     def __len__(self) -> int:
         """Frames the consumer may take now (0 while held)."""
@@ -79,6 +83,8 @@ class FrameQueue:
 
     def hold(self) -> None:
         """Pause the consumer: nothing is popped until ``release``."""
+        if self.on_take_back is not None:
+            self.on_take_back()
         self._held = True
 
     def release(self) -> None:
@@ -215,6 +221,18 @@ class FrameQueue:
             self._drained()
         return payload, owner, index
 
+    def push_front(self, payload: bytes, owner: FrameOwner | None, index: int) -> None:
+        """Put back the frame ``pop_fields`` returned last (taken, never sent): it is next
+        again. Wakes nobody."""
+        self._payloads.insert(0, payload)
+        runs = self._runs
+        first = runs[0] if runs else None
+        if first is not None and first[0] is owner and first[1] == index + 1:
+            first[1] = index
+            first[2] += 1
+        else:
+            runs.insert(0, [owner, index, 1])
+
     def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
         """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
         when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
@@ -238,6 +256,8 @@ class FrameQueue:
 
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
+        if self.on_take_back is not None:
+            self.on_take_back()
         payloads = iter(self._payloads)
         dropped = [
             EncodedFrame(next(payloads), owner, first + k)

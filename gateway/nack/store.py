@@ -114,6 +114,18 @@ class FrameStore:
         if owner is not None:
             owner.on_frame_sent(index, seq, timestamp, self._clock() if at is None else at)
 
+    def record_refs(self, seq: int, payload: bytes, owner: FrameOwner | None, index: int,
+                    timestamp: int, at: float) -> None:
+        """``record_sent``'s half for a packet the compiled path sent from C, which wrote its
+        fields in the ring already (``_meta``; as sent: PLAIN): its payload and owner, and
+        the owner told."""
+        j = (seq & (RING - 1)) << 1
+        refs = self._refs
+        refs[j] = payload
+        refs[j + 1] = owner
+        if owner is not None:
+            owner.on_frame_sent(index, seq, timestamp, at)
+
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
         newest = self._meta[NEWEST]

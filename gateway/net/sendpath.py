@@ -56,11 +56,14 @@ int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsig
 void gw_stream_take_counters(gw_stream *s, unsigned long long *out);
 int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
             unsigned int ts_origin, unsigned int b1, unsigned int *meta,
-            const unsigned char *silence, int silence_len);
+            const unsigned char *silence, int silence_len, unsigned int handle);
 int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out);
 int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
-                  double early, int limit, double *next_due);
+                  double early, int limit, double *next_due, int *n_consumed);
 int gw_parked_count(gw_batch *b);
+int gw_feed(gw_stream *s, const unsigned char *payload, int payload_len, unsigned int index);
+int gw_unfeed(gw_stream *s);
+unsigned int *gw_consumed(gw_batch *b);
 void gw_batch_close(gw_batch *b);
 int gw_flush(gw_batch *b);
 int gw_count(gw_batch *b);
@@ -85,6 +88,7 @@ _SOURCE = r"""
 #define GW_MAX 512
 #define GW_HDR 64
 #define GW_SILENCE 64
+#define GW_FEED 320  /* bytes of a fed speech frame (an Opus packet; larger: sent from the tick) */
 #define GW_RING 256
 #define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
 
@@ -97,6 +101,7 @@ typedef struct {
     int count;
     int n_parked, cap_parked;
     gw_stream **parked;  /* streams whose keep-alive silence C sends (gw_run_parked) */
+    unsigned int *consumed;  /* the last run's fed frames sent: (handle, seq, timestamp) */
     int trailer;
     gw_protect_fn protect;
     unsigned long long calls, sent, failed, skipped, protect_failed, batches;
@@ -126,8 +131,12 @@ struct gw_stream {
     unsigned int *meta;             /* the FrameStore's ring: 4 words a slot, then 2 */
     unsigned char silence[GW_SILENCE];
     int silence_len;
-    unsigned long long p_slots, p_late, p_rebases, p_frames, p_bytes;
+    unsigned long long p_slots, p_late, p_rebases, p_frames, p_bytes, p_quiet;
     double p_max_late;
+    /* the next speech frame, fed by the sender (gw_feed): sent in the next due slot */
+    unsigned int handle, fed_index;
+    int fed_len;  /* -1: none */
+    unsigned char fed[GW_FEED];
 };
 
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
@@ -148,6 +157,7 @@ gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
 void gw_batch_free(gw_batch *b) {
     if (b == NULL) return;
     free(b->parked);
+    free(b->consumed);
     free(b);
 }
 
@@ -230,13 +240,16 @@ int gw_flush(gw_batch *b);
    early a slot may go (as PacingClock.release_due). Returns 0, or -1 (silence too long). */
 int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
             unsigned int ts_origin, unsigned int b1, unsigned int *meta,
-            const unsigned char *silence, int silence_len) {
+            const unsigned char *silence, int silence_len, unsigned int handle) {
     if (s->parked_at || silence_len < 0 || silence_len > GW_SILENCE || b->fd < 0) return -1;
     if (b->n_parked == b->cap_parked) {
         int cap = b->cap_parked ? b->cap_parked * 2 : 64;
         gw_stream **grown = realloc(b->parked, (size_t)cap * sizeof(gw_stream *));
         if (grown == NULL) return -1;
         b->parked = grown;
+        unsigned int *room = realloc(b->consumed, (size_t)cap * 3 * sizeof(unsigned int));
+        if (room == NULL) return -1;
+        b->consumed = room;
         b->cap_parked = cap;
     }
     s->origin = times[0]; s->period = times[1]; s->max_lateness = times[2];
@@ -245,16 +258,19 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
     s->meta = meta;
     memcpy(s->silence, silence, silence_len);
     s->silence_len = silence_len;
-    s->p_slots = s->p_late = s->p_rebases = s->p_frames = s->p_bytes = 0;
+    s->handle = handle;
+    s->p_slots = s->p_late = s->p_rebases = s->p_frames = s->p_bytes = s->p_quiet = 0;
     s->p_max_late = 0.0;
     s->broken = 0;
+    s->fed_len = -1;
     b->parked[b->n_parked++] = s;
     s->parked_at = b->n_parked;
     return 0;
 }
 
 /* Unpark: times <- origin, max lateness seen; out <- next slot, next seq, slots released, late
-   slots, re-anchorings, silence packets sent, their bytes. Returns 0, -1 if not parked. */
+   slots, re-anchorings, silence packets sent, their bytes, silence packets since the last fed
+   frame sent. Returns 0, -1 if not parked. */
 int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
     if (!s->parked_at) return -1;
     int i = s->parked_at - 1;
@@ -264,12 +280,34 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
         b->parked[i]->parked_at = i + 1;
     }
     s->parked_at = 0;
+    s->fed_len = -1;  /* (a frame still fed goes back to the sender's queue: gw_unfeed first) */
     times[0] = s->origin; times[1] = s->p_max_late;
     out[0] = s->slot; out[1] = s->seq; out[2] = (long long)s->p_slots;
     out[3] = (long long)s->p_late; out[4] = (long long)s->p_rebases;
     out[5] = (long long)s->p_frames; out[6] = (long long)s->p_bytes;
+    out[7] = (long long)s->p_quiet;
     return 0;
 }
+
+/* Give a parked stream its next speech frame (copied), to go in its next due slot instead of
+   silence; handle: the sender's, returned in gw_consumed when it is sent. Returns 0; -1: not
+   parked, one already fed, or too long. */
+int gw_feed(gw_stream *s, const unsigned char *payload, int payload_len, unsigned int index) {
+    if (!s->parked_at || s->fed_len >= 0 || payload_len < 0 || payload_len > GW_FEED) return -1;
+    memcpy(s->fed, payload, payload_len);
+    s->fed_len = payload_len;
+    s->fed_index = index;
+    return 0;
+}
+
+/* Take back a fed frame not sent yet: 1 if there was one (the sender queues it again). */
+int gw_unfeed(gw_stream *s) {
+    int had = s->fed_len >= 0;
+    s->fed_len = -1;
+    return had;
+}
+
+unsigned int *gw_consumed(gw_batch *b) { return b->consumed; }
 
 static double gw_align(const gw_stream *s, double t) {
     double k = ceil((t - s->grid_origin) / s->grid_period - 1e-6);
@@ -277,12 +315,15 @@ static double gw_align(const gw_stream *s, double t) {
 }
 
 /* Every parked stream's due slots (at most limit each), as PacingClock.release_due and the
-   batch path's keep-alive slot: silence staged, recorded in the ring (seq | PARKED << 16,
-   timestamp, abs-send-time, 0; then newest seq and the count recorded). Returns the packets
-   staged; next_due <- the earliest next slot of any parked stream (HUGE_VAL: none). */
+   batch path's tick: the fed speech frame if there is one (recorded in the ring as seq |
+   PLAIN << 16, timestamp, abs-send-time, its index -- the sender writes its refs -- and listed
+   in gw_consumed; the stream's later due slots wait for the next frame), else the silence
+   (seq | PARKED << 16, timestamp, abs-send-time, 0); then newest seq and the count recorded.
+   Returns the packets staged; *n_consumed <- the fed frames sent; next_due <- the earliest
+   next slot of any parked stream (HUGE_VAL: none). */
 int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
-                  double early, int limit, double *next_due) {
-    int staged = 0;
+                  double early, int limit, double *next_due, int *n_consumed) {
+    int staged = 0, consumed = 0;
     double earliest = HUGE_VAL;
     for (int k = 0; k < b->n_parked; k++) {
         gw_stream *s = b->parked[k];
@@ -305,18 +346,31 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             if (s->broken) continue;
             unsigned int seq = s->seq;
             unsigned int ts = s->ts_origin + (unsigned int)(released * 960);
-            int n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, s->silence, s->silence_len);
+            int speech = s->fed_len >= 0;
+            const unsigned char *payload = speech ? s->fed : s->silence;
+            int len = speech ? s->fed_len : s->silence_len;
+            int n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, payload, len);
             if (n == -2) {
                 gw_flush(b);
-                n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, s->silence, s->silence_len);
+                n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, payload, len);
             }
             if (n <= 0) { s->broken = 1; continue; }
             staged++;
             unsigned int *m = s->meta + (size_t)(seq & (GW_RING - 1)) * 4;
-            m[0] = seq | (GW_PARKED_HOW << 16); m[1] = ts; m[2] = ast & 0xFFFFFF; m[3] = 0;
+            m[0] = seq | ((speech ? 0u : GW_PARKED_HOW) << 16); m[1] = ts;
+            m[2] = ast & 0xFFFFFF; m[3] = speech ? s->fed_index : 0;
             s->meta[GW_RING * 4] = seq;
             s->meta[GW_RING * 4 + 1]++;
             s->seq = (seq + 1) & 0xFFFF;
+            if (speech) {
+                s->fed_len = -1;
+                unsigned int *c = b->consumed + (size_t)consumed * 3;
+                c[0] = s->handle; c[1] = seq; c[2] = ts;
+                consumed++;
+                s->p_quiet = 0;
+                break;  /* its next slot carries the next frame, fed after this run */
+            }
+            s->p_quiet++;
             s->p_frames++;
             s->p_bytes += (unsigned long long)s->silence_len;
         }
@@ -325,6 +379,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
         if (due < earliest) earliest = due;
     }
     *next_due = earliest;
+    *n_consumed = consumed;
     return staged;
 }
 
@@ -454,8 +509,8 @@ def failure() -> str | None:
 class CompiledBatch:
     """One socket's staged, protected datagrams (``gw_batch``), sent by ``flush``."""
 
-    __slots__ = ("__weakref__", "_counters", "_ffi", "_lib", "_next_due", "_ptr", "_rings",
-                 "flush_c", "ptr", "stage", "stage_c")
+    __slots__ = ("__weakref__", "_counters", "_ffi", "_lib", "_n_consumed", "_next_due", "_ptr",
+                 "_rings", "feed_c", "flush_c", "ptr", "stage", "stage_c")
 
     def __init__(self, module: Any, fd: int, protect_address: int, trailer: int) -> None:
         self._ffi, self._lib = module.ffi, module.lib
@@ -465,6 +520,7 @@ class CompiledBatch:
         self._ptr = self._ffi.gc(ptr, self._lib.gw_batch_free)
         self._counters = self._ffi.new("unsigned long long[6]")
         self._next_due = self._ffi.new("double[1]")
+        self._n_consumed = self._ffi.new("int[1]")
         self._rings: dict[Any, Any] = {}  # parked stream -> its pinned FrameStore ring
         lib, p = self._lib, self._ptr
         stage_c = lib.gw_stage
@@ -480,6 +536,8 @@ class CompiledBatch:
         self.stage_c = stage_c
         self.ptr = p
         self.flush_c = lib.gw_flush
+        #: ``gw_feed(stream, payload, len(payload), index)``: 0 when taken (see ``feed``)
+        self.feed_c = lib.gw_feed
 
     def new_stream(self, header: bytes, ast_at: int, srtp_address: int, addr: bytes) -> Any:
         """A ``gw_stream`` (owned by the caller: keep it as long as packets are staged)."""
@@ -509,17 +567,19 @@ class CompiledBatch:
         return int(self.flush_c(self._ptr))
 
     def park(self, stream: Any, times: tuple[float, float, float, float, float, float],
-             slot: int, seq: int, ts_origin: int, b1: int, ring: array, silence: bytes) -> bool:
+             slot: int, seq: int, ts_origin: int, b1: int, ring: array, silence: bytes,
+             handle: int = 0) -> bool:
         """Hand a stream's keep-alive silence to C (``gw_park``): ``times`` -- its schedule's
         origin, period, re-anchoring lateness, the tick grid's origin and period, how early a
         slot may go; ``slot``, ``seq``: the next ones; ``ring``: its FrameStore's ring
-        (``PARKED_RING_WORDS`` 32-bit words, kept alive here until ``unpark``). False: not
-        parked."""
+        (``PARKED_RING_WORDS`` 32-bit words, kept alive here until ``unpark``); ``handle``:
+        the caller's name for it in ``run_parked``'s frames sent. False: not parked."""
         if ring.itemsize != 4 or len(ring) != PARKED_RING_WORDS or stream in self._rings:
             return False
         pinned = self._ffi.from_buffer("unsigned int[]", ring)
         rc = self._lib.gw_park(self._ptr, stream, list(times), slot, seq & 0xFFFF,
-                               ts_origin & 0xFFFFFFFF, b1, pinned, silence, len(silence))
+                               ts_origin & 0xFFFFFFFF, b1, pinned, silence, len(silence),
+                               handle)
         if rc:
             return False
         self._rings[stream] = pinned
@@ -528,9 +588,10 @@ class CompiledBatch:
     def unpark(self, stream: Any) -> tuple[float, float, list[int]] | None:
         """Take a parked stream back: (its schedule's origin, the most lateness seen, [next
         slot, next seq, slots released, late slots, re-anchorings, silence packets sent, their
-        bytes]); None when it was not parked."""
+        bytes, silence packets since the last fed frame]); None when it was not parked. A fed
+        frame not sent is dropped (``unfeed`` it first to keep it)."""
         times = self._ffi.new("double[2]")
-        out = self._ffi.new("long long[7]")
+        out = self._ffi.new("long long[8]")
         rc = self._lib.gw_unpark(self._ptr, stream, times, out)
         self._rings.pop(stream, None)
         if rc:
@@ -538,11 +599,28 @@ class CompiledBatch:
         return float(times[0]), float(times[1]), [int(v) for v in out]
 
     def run_parked(self, now: float, ntp: int, ast: int, early: float, limit: int
-                   ) -> tuple[int, float]:
+                   ) -> tuple[int, float, memoryview | None]:
         """Every parked stream's due slots sent (``gw_run_parked``): (packets staged, the
-        earliest next slot -- ``math.inf`` when none is parked)."""
-        run = self._lib.gw_run_parked(self._ptr, now, ntp, ast, early, limit, self._next_due)
-        return int(run), float(self._next_due[0])
+        earliest next slot -- ``math.inf`` when none is parked --, the fed frames sent as
+        (handle, seq, timestamp) triples of 32-bit words, None when none was: valid until the
+        next run)."""
+        run = self._lib.gw_run_parked(self._ptr, now, ntp, ast, early, limit, self._next_due,
+                                      self._n_consumed)
+        n = self._n_consumed[0]
+        consumed = None
+        if n:
+            words = self._lib.gw_consumed(self._ptr)
+            consumed = memoryview(self._ffi.buffer(words, n * 12)).cast("I")
+        return int(run), float(self._next_due[0]), consumed
+
+    def feed(self, stream: Any, payload: bytes, index: int) -> bool:
+        """A parked stream's next speech frame (copied), sent in its next due slot instead of
+        the silence; False: not taken (not parked, one already fed, too long)."""
+        return not self._lib.gw_feed(stream, payload, len(payload), index & 0xFFFFFFFF)
+
+    def unfeed(self, stream: Any) -> bool:
+        """Take back a fed frame not sent yet: True if there was one."""
+        return bool(self._lib.gw_unfeed(stream))
 
     @property
     def parked(self) -> int:

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import random
 import weakref
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 from weakref import ReferenceType, ref
 
 from aiortc import RTCRtpSender
@@ -73,23 +75,28 @@ def _report_if_alive(stream: ReferenceType[BatchStream]) -> None:
         alive._on_report()
 
 
-class _Parked:
-    """The streams of one ticker whose keep-alive silence C sends (``BatchStream._park``):
-    each shared socket's compiled batch they are parked on, run at the end of every tick
-    before the tick's packets are flushed."""
+class _InC:
+    """The streams of one ticker that C sends (``BatchStream._to_c``), by handle, and each
+    shared socket's compiled batch they are on: run at the end of every tick, before the
+    tick's packets are flushed; the speech frames C sent are then recorded and their owners
+    told (``BatchStream._sent_fed``), and each stream is given its next frame."""
 
-    __slots__ = ("__weakref__", "batches", "ticker")
+    __slots__ = ("__weakref__", "batches", "streams", "ticker")
 
     def __init__(self, ticker: Ticker) -> None:
         self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
         self.batches: dict[object, udp_mux.UdpMux] = {}  # CompiledBatch -> its socket
+        self.streams: dict[int, BatchStream] = {}
 
-    def add(self, parked: tuple[object, udp_mux.UdpMux]) -> None:
-        batch, mux = parked
+    def add(self, handle: int, stream: BatchStream, in_c: tuple[Any, udp_mux.UdpMux, Any]
+            ) -> None:
+        batch, mux, _ = in_c
         self.batches[batch] = mux
+        self.streams[handle] = stream
 
-    def remove(self, parked: tuple[object, udp_mux.UdpMux]) -> None:
-        batch = parked[0]
+    def remove(self, handle: int, in_c: tuple[Any, udp_mux.UdpMux, Any]) -> None:
+        self.streams.pop(handle, None)
+        batch = in_c[0]
         if not batch.parked:  # type: ignore[attr-defined]
             self.batches.pop(batch, None)
 
@@ -99,31 +106,39 @@ class _Parked:
             now = ticker.clock()
             stamp = ticker.tick_stamp or send_stamp()
             earliest = math.inf
+            streams = self.streams
             for batch, mux in tuple(batches.items()):
-                staged, due = batch.run_parked(  # type: ignore[attr-defined]
+                staged, due, consumed = batch.run_parked(  # type: ignore[attr-defined]
                     now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
                 )
                 if staged:
                     mux.staged()
                 if due < earliest:
                     earliest = due
+                if consumed is not None:
+                    sent = consumed.tolist()  # (a stream taken back may move C's array)
+                    for k in range(0, len(sent), 3):
+                        stream = streams.get(sent[k])
+                        if stream is not None:
+                            stream._sent_fed(sent[k + 1], sent[k + 2], now)
             if earliest < math.inf:  # keep the grid ticking for them
                 ticker.call_at(earliest, _keep_ticking)
         udp_mux.flush_pending()
 
 
 def _keep_ticking() -> None:
-    """A tick someone parked waits for (its work is the end-of-tick hook's)."""
+    """A tick a stream sent from C waits for (its work is the end-of-tick hook's)."""
 
 
-_PARKED: weakref.WeakKeyDictionary[Ticker, _Parked] = weakref.WeakKeyDictionary()
+_IN_C: weakref.WeakKeyDictionary[Ticker, _InC] = weakref.WeakKeyDictionary()
+_HANDLES = itertools.count(1)
 
 
-def _parked_on(ticker: Ticker) -> _Parked:
-    parked = _PARKED.get(ticker)
-    if parked is None:
-        parked = _PARKED[ticker] = _Parked(ticker)
-    return parked
+def _in_c_on(ticker: Ticker) -> _InC:
+    in_c = _IN_C.get(ticker)
+    if in_c is None:
+        in_c = _IN_C[ticker] = _InC(ticker)
+    return in_c
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -161,11 +176,37 @@ class BatchStream:
     # Slots: at hundreds of streams the per-packet cost is mostly cache misses over each
     # stream's objects; the sink's parts are referenced from here, one less hop per access.
     __slots__ = (
-        "__weakref__", "_compiled", "_direct", "_direct_rtcp", "_dtx_payload", "_header",
-        "_idle_slots", "_last_error", "_last_slot_empty", "_marker_header", "_parked",
-        "_pending_sends", "_red_header", "_running", "_sender", "_seq", "_ts_origin", "dtx",
-        "early_first_frame", "early_sends", "pacer", "park_silence", "parks", "queue",
-        "silence", "sink", "stats", "store", "ticker",
+        "__weakref__",
+        "_compiled",
+        "_direct",
+        "_direct_rtcp",
+        "_dtx_payload",
+        "_fed",
+        "_handle",
+        "_header",
+        "_idle_slots",
+        "_in_c",
+        "_last_error",
+        "_last_slot_empty",
+        "_marker_header",
+        "_pending_sends",
+        "_red_header",
+        "_running",
+        "_sender",
+        "_seq",
+        "_ts_origin",
+        "dtx",
+        "early_first_frame",
+        "early_sends",
+        "handovers",
+        "in_c_allowed",
+        "pacer",
+        "queue",
+        "silence",
+        "sink",
+        "stats",
+        "store",
+        "ticker",
     )
 
     def __init__(self, sink: RtpSink, dtx: bool = False, early_first_frame: bool = False) -> None:
@@ -200,11 +241,14 @@ class BatchStream:
         self._last_slot_empty = False  # DTX: the last slot released sent no packet
         self._dtx_payload = sink.silence[:1]  # TOC only: a zero-length frame (DTX, RFC 6716)
         self._marker_header: RtpHeaderTemplate | None = None
-        #: between utterances hand the keep-alive silence to C (``_park``); False: every
-        #: slot from this tick (``--no-silence-in-c``: to compare)
-        self.park_silence = True
-        self._parked: object | None = None  # the compiled path's handle while parked
-        self.parks = 0  # times the stream's silence was handed to C
+        #: let C send the stream (``_to_c``); False: every slot from this tick
+        #: (``--no-send-in-c``: to compare)
+        self.in_c_allowed = True
+        #: (batch, socket, its feed) while in C (``aiortc_compat.compiled_rtp_sender``'s park)
+        self._in_c: tuple[Any, udp_mux.UdpMux, Callable[[bytes, int, int], int]] | None = None
+        self._handle = 0  # its name in C's list of frames sent
+        self._fed: tuple[bytes, FrameOwner | None, int] | None = None  # C's next frame
+        self.handovers = 0  # times the stream was handed to C
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
         """Begin sending (call once the peer connection is connected and the sender started)."""
@@ -221,7 +265,7 @@ class BatchStream:
                 payload_type, aiortc_compat.sender_ssrc(sender), extensions, mid, marker=1
             )
         self.store.header = self._header  # NACKed packets are rebuilt from it
-        self.store.silence = self.silence  # ... and the silence C sends while parked
+        self.store.silence = self.silence  # ... and the silence C sends
         self._red_header = None
         if self.sink.red is not None:
             self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
@@ -231,10 +275,11 @@ class BatchStream:
         self._direct = aiortc_compat.direct_rtp_sender(sender.transport)
         self._direct_rtcp = aiortc_compat.direct_rtp_sender(sender.transport, rtcp=True)
         self._compiled = self._compiled_sender(sender)
-        # parked streams' silence, then the tick's packets leave together
-        self.ticker.after_each_tick(_parked_on(self.ticker).end_of_tick)
+        # the streams C sends, then the tick's packets leave together
+        self.ticker.after_each_tick(_in_c_on(self.ticker).end_of_tick)
         self._running = True
-        self.queue.on_wake = self._on_wake  # (held until ``stop``)
+        self.queue.on_wake = self._on_wake  # (both held until ``stop``)
+        self.queue.on_take_back = self._take_back_fed
         self._schedule()
         self._schedule_report()
 
@@ -259,8 +304,9 @@ class BatchStream:
     def stop(self) -> None:
         self._running = False
         self.queue.on_wake = None
-        if self._parked is not None:
-            self._unpark()
+        self.queue.on_take_back = None
+        if self._in_c is not None:
+            self._from_c()
         for task in self._pending_sends:
             task.cancel()
 
@@ -293,12 +339,10 @@ class BatchStream:
         if not self._running:
             return
         try:
-            if self._parked is not None:
-                # back to the tick for one slot (it parks again if nothing changed): the
-                # stats are brought up to date, and that slot's send checks the path (a
-                # closed transport, a new pair) as every packet does
-                self._unpark()
-                self._schedule()
+            # back to the tick for one slot (handed to C again if nothing changed): the stats
+            # are brought up to date, and that slot's send checks the path (a closed
+            # transport, a new pair) as every packet does
+            self._back_to_tick()
             sender = self._sender
             assert sender is not None
             if self._compiled is not None:
@@ -362,74 +406,139 @@ class BatchStream:
             self._failed(exc)
             due = None
         finally:
-            if self._running and not (
-                self._idle_slots and self.park_silence and self._park()
-            ):
+            if self._running and not (self.in_c_allowed and self._to_c()):
                 # a bound method made per slot: one kept on self would be a cycle (self ->
                 # method -> self) and a closed stream would wait for a full collection
                 self.ticker.call_at(pacer.deadline() if due is None else due, self._on_tick)
 
-    def _park(self) -> bool:
-        """Hand the keep-alive silence to C until the next frame (``_on_wake``), the next
-        sender report or ``stop``: the compiled path's ``gw_run_parked`` sends it from the
-        end of each tick, slot by slot as the tick would, and records it in the store
-        (docs/density.md, "Silence sent from C"). Only a plain stream: compiled, no DTX, RED
-        not active (adaptive RED turns on with reported loss: until the stream is next taken
-        back, at most a report interval, its silence goes without redundancy), no test loss,
-        nothing queued. True: parked (the tick chain stops here)."""
+    def _to_c(self) -> bool:
+        """Hand the stream to C (docs/density.md, "A stream sent from C"): the compiled
+        path's ``gw_run_parked`` releases its slots from the end of each tick as this tick
+        would, each carrying the frame fed to it (``_feed_next``: the queue's next, one slot
+        ahead) or the keep-alive silence, protects and stages it and records it in the store's
+        ring; ``_sent_fed`` then does the rest of ``_emit`` for a frame sent (the store's
+        refs, the owner told, the counters) and feeds the next. Taken back (``_from_c``) for
+        each sender report (so its path is checked again, every 0.5-1.5 s), a reader of its
+        counters, RED turning active, and ``stop``. Only a plain stream: compiled, no DTX,
+        RED not active (adaptive RED turns on with reported loss: until the stream is next
+        taken back, at most a report interval, its silence goes without redundancy), no test
+        loss. True: the tick chain stops here."""
         compiled, red, pacer = self._compiled, self.sink.red, self.pacer
         if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
-                or len(self.queue) or (red is not None and red.active(pacer.clock()))):
+                or (red is not None and red.active(pacer.clock()))):
             return False
         ticker = self.ticker
         origin, slot = pacer.handover()
         times = (origin, pacer.period, pacer.max_lateness, ticker.time_of(0), ticker.period,
                  EARLY_S)
-        parked = compiled.park(  # type: ignore[attr-defined]
+        handle = next(_HANDLES) & 0xFFFFFFFF
+        in_c = compiled.park(  # type: ignore[attr-defined]
             times, slot, self._seq, self._ts_origin, self._header.second_byte,
-            self.store.ring, self.silence,
+            self.store.ring, self.silence, handle,
         )
-        if parked is None:
+        if in_c is None:
             return False
-        self._parked = parked
-        self.parks += 1
-        _parked_on(ticker).add(parked)
+        self._in_c, self._handle = in_c, handle
+        self.handovers += 1
+        _in_c_on(ticker).add(handle, self, in_c)
+        self._feed_next()
         return True
 
-    def _unpark(self) -> None:
-        """Take the silence back from C: the schedule, sequence number and counters as it
-        left them."""
-        parked, self._parked = self._parked, None
+    def _feed_next(self) -> None:
+        """Give C the queue's next frame for the stream's next slot (none: silence)."""
+        in_c = self._in_c
+        if in_c is None or self._fed is not None:
+            return
+        fields = self.queue.pop_fields()
+        if fields is None:
+            return
+        payload = fields[0]
+        if in_c[2](payload, len(payload), fields[2]):  # type: ignore[misc]
+            # (too long for C's slot): it goes from the tick
+            self.queue.push_front(*fields)
+            self._back_to_tick()
+            return
+        self._fed = fields
+
+    def _sent_fed(self, seq: int, timestamp: int, now: float) -> None:
+        """C sent the frame fed to it as ``seq``: what ``_emit`` does after the send."""
+        fields, self._fed = self._fed, None
+        if fields is None:
+            return
+        payload, owner, index = fields
+        stats = self.stats
+        stats.frames_sent += 1
+        stats.speech_frames += 1
+        stats.bytes_sent += len(payload)
+        self._idle_slots = 0
+        red = self.sink.red
+        try:
+            if red is not None:
+                red.sent_plain(payload, timestamp, 1)
+            # the store's ring has the packet's fields (C's); its payload and owner here
+            self.store.record_refs(seq, payload, owner, index, timestamp, now)
+        except Exception as exc:  # an owner's failure: the stream carries on
+            self._failed(exc)
+        if red is not None and red.active(now):
+            self._back_to_tick()  # RED from here on: each packet through ``wrap``
+            return
+        self._feed_next()
+
+    def _back_to_tick(self) -> None:
+        if self._in_c is not None and self._running:
+            self._from_c()
+            self._schedule()
+
+    def _take_back_fed(self) -> None:
+        """The queue is held or cleared (``FrameQueue.on_take_back``): a fed frame C has not
+        sent goes back to its front, to be held or dropped with the rest."""
+        fields, in_c = self._fed, self._in_c
+        if fields is not None and in_c is not None and self._compiled.unfeed(  # type: ignore[union-attr]
+            in_c
+        ):
+            self._fed = None
+            self.queue.push_front(*fields)
+
+    def _from_c(self) -> None:
+        """Take the stream back from C: the schedule, sequence number and counters as it left
+        them; a fed frame not sent back at the queue's front."""
+        in_c, handle = self._in_c, self._handle
         compiled = self._compiled
-        assert parked is not None and compiled is not None
-        state = compiled.unpark(parked)  # type: ignore[attr-defined]
-        _parked_on(self.ticker).remove(parked)
+        assert in_c is not None and compiled is not None
+        self._take_back_fed()
+        state = compiled.unpark(in_c)  # type: ignore[attr-defined]
+        self._in_c = None
+        _in_c_on(self.ticker).remove(handle, in_c)
         if state is None:
             return
-        origin, max_late, (slot, seq, released, late, rebases, frames, octets) = state
+        origin, max_late, (slot, seq, released, late, rebases, frames, octets, quiet) = state
+        if self._fed is not None:
+            # sent by C in this tick and not recorded yet (taken back in between, by another
+            # stream's owner): C stops a stream's run at its frame, so it took the last slot
+            # released and the last seq used
+            timestamp = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
+            self._sent_fed((seq - 1) & 0xFFFF, timestamp, self.pacer.clock())
         self.pacer.take_back(origin, slot, released, late, rebases, max_late)
         self._seq = seq
         stats = self.stats
         stats.frames_sent += frames
         stats.silence_frames += frames
         stats.bytes_sent += octets
-        self._idle_slots += frames
+        self._idle_slots += quiet
         red = self.sink.red
-        if red is not None:
+        if red is not None and quiet:
             last = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-            red.sent_plain(self.silence, last, frames)
+            red.sent_plain(self.silence, last, quiet)
 
     def settle(self) -> None:
         """Bring the counters up to date now (whoever reads them: a session's state, the
-        metrics): a parked stream is taken back; its next tick parks it again."""
-        if self._parked is not None and self._running:
-            self._unpark()
-            self._schedule()
+        metrics): a stream sent from C is taken back; its next tick hands it over again."""
+        self._back_to_tick()
 
     @property
-    def parked(self) -> bool:
-        """Its keep-alive silence is sent from C right now."""
-        return self._parked is not None
+    def in_c(self) -> bool:
+        """C sends its packets right now (``_to_c``)."""
+        return self._in_c is not None
 
     def _failed(self, exc: Exception) -> None:
         self.stats.send_errors += 1
@@ -441,12 +550,12 @@ class BatchStream:
         """A frame reached the empty queue: on an idle DTX stream, send it now rather than in
         the next slot (``early_first_frame``). The stream's own tick chain is left as it is:
         when it fires, its slot is not due yet, and it re-arms for the next. A stream whose
-        silence C sends (``_park``) is taken back first: the frame goes in the next slot."""
+        C sends (``_to_c``) is fed the frame for its next slot."""
         if not self._running:
             return
-        if self._parked is not None:
-            self._unpark()
-            self._schedule()
+        if self._in_c is not None:
+            self._feed_next()
+            return
         if not self.early_first_frame:
             return
         if not self._idle_slots or not self._last_slot_empty:

@@ -91,7 +91,7 @@ class WebRtcLeg:
             self.sink, dtx=options.idle_packets == "dtx",
             early_first_frame=options.early_first_frame,
         )
-        self.transmitter.park_silence = options.silence_in_c
+        self.transmitter.in_c_allowed = options.send_in_c
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
         self._watchdog: asyncio.TimerHandle | None = None

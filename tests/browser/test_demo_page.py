@@ -33,7 +33,7 @@ async def test_click_connect_speak_and_hear_440_hz(start_gateway, page, monkeypa
         emit(self, *args)
 
     monkeypatch.setattr(BatchStream, "_emit", recording_emit)
-    gw = await start_gateway(silence_in_c=False)  # every packet through ``_emit``
+    gw = await start_gateway(send_in_c=False)  # every packet through ``_emit``
     await open_demo(page, gw.url)
     assert await page.is_visible("#voice"), "several voices: the page offers a choice"
     options = await page.eval_on_selector_all("#voice option", "els => els.map(e => e.value)")

@@ -1,9 +1,11 @@
-"""Keep-alive silence sent from C (issue 28): between utterances a stream on the compiled path
-hands its slots to ``gw_run_parked`` (``BatchStream._park``), and takes them back for the next
-frame, its sender report, a reader of its counters, or its close. A real aiortc client over
-loopback sees one continuous stream across every hand-over: no seq skipped or repeated, the
-timestamp 960 a packet, every packet decrypting; a NACK for a packet C sent is answered
-byte-identical to the one the tick would have built."""
+"""A stream sent from C (issue 28): a plain stream on the compiled path hands its slots to
+``gw_run_parked`` (``BatchStream._to_c``) -- the keep-alive silence, and each speech frame fed
+to it one slot ahead -- and is taken back for its sender report, a reader of its counters, RED
+turning active, or its close. A real aiortc client over loopback sees one continuous stream
+across every hand-over (no seq skipped or repeated, the timestamp 960 a packet, every packet
+decrypting), the same speech as the tick sends, nothing of an utterance after its interrupt
+returned, and a NACK for a packet C sent answered byte-identical to the one the tick would have
+built."""
 
 from __future__ import annotations
 
@@ -31,21 +33,21 @@ def assert_continuous(packets) -> None:
     assert steps == {960}
 
 
-async def test_silence_goes_to_c_and_the_stream_stays_one_stream(gateway):
+async def test_the_stream_goes_to_c_and_stays_one_stream(gateway):
     if sendpath.load() is None:
         raise AssertionError(f"the compiled send path is not built: {sendpath.failure()}")
     client, session = await connected(gateway)
     stream = session.webrtc.transmitter
     try:
         await client.capture.wait_packets(10)
-        await asyncio.wait_for(_until(lambda: stream.parked), 2)
-        parks = stream.parks
+        await asyncio.wait_for(_until(lambda: stream.in_c), 2)
+        parks = stream.handovers
         start = client.capture.count
         await asyncio.wait_for(client.capture.wait_packets(start + 25), 3)  # C sends them
-        assert stream.parked or stream.parks > parks  # (a sender report may take it back)
+        assert stream.in_c or stream.handovers > parks  # (a sender report may take it back)
         result = await client.say("hi", voice="tone")  # a frame: taken back, sent in its slot
         await client.wait_utterance(result.utterance["id"])
-        await asyncio.wait_for(_until(lambda: stream.parked), 2)  # parked again after it
+        await asyncio.wait_for(_until(lambda: stream.in_c), 2)  # parked again after it
         await asyncio.sleep(0.3)
         state = await client.state()  # read while parked: the counters are brought up to date
         packets = client.capture.ordered()
@@ -54,11 +56,11 @@ async def test_silence_goes_to_c_and_the_stream_stays_one_stream(gateway):
         assert state["packets_sent"] - len(packets) < 10  # (in flight at most)
         assert state["speech_frames_sent"] > 0 and state["send_errors"] == 0
         assert state["pacer"]["rebases"] == 0
-        assert stream.parks > parks
+        assert stream.handovers > parks
     finally:
         await client.close()
     await asyncio.wait_for(session.closed.wait(), 5)
-    assert not stream.parked  # its close took it back: C sends nothing more for it
+    assert not stream.in_c  # its close took it back: C sends nothing more for it
 
 
 async def test_a_nack_for_silence_sent_from_c_is_answered_byte_identical(gateway):
@@ -66,10 +68,10 @@ async def test_a_nack_for_silence_sent_from_c_is_answered_byte_identical(gateway
     stream = session.webrtc.transmitter
     store = session.webrtc.store
     try:
-        await asyncio.wait_for(_until(lambda: stream.parked), 3)
+        await asyncio.wait_for(_until(lambda: stream.in_c), 3)
         await client.capture.wait_packets(client.capture.count + 5)
         newest = store.newest_seq
-        assert stream.parked and newest is not None
+        assert stream.in_c and newest is not None
         kept = store.lookup(newest)
         assert kept is not None and kept.frame is None
         assert kept.payload == stream.silence
@@ -98,7 +100,7 @@ async def test_a_stream_with_red_or_test_loss_keeps_its_silence_on_the_tick(star
     stream = session.webrtc.transmitter
     try:
         await client.capture.wait_packets(30)
-        assert not stream.parked and stream.parks == 0
+        assert not stream.in_c and stream.handovers == 0
     finally:
         await client.close()
 
@@ -121,12 +123,68 @@ async def _until_async(read, condition) -> None:
 
 
 async def test_with_the_option_off_every_slot_goes_from_the_tick(start_gateway):
-    gateway = await start_gateway(silence_in_c=False)
+    gateway = await start_gateway(send_in_c=False)
     client, session = await connected(gateway)
     stream = session.webrtc.transmitter
     try:
         await client.capture.wait_packets(30)
-        assert not stream.parked and stream.parks == 0
+        assert not stream.in_c and stream.handovers == 0
         assert_continuous(client.capture.ordered())
+    finally:
+        await client.close()
+
+
+def speech(packets, silence: bytes) -> list[bytes]:
+    return [p.payload for p in packets if p.payload != silence]
+
+
+async def test_speech_from_c_is_the_speech_the_tick_sends(start_gateway):
+    heard = {}
+    for in_c in (True, False):
+        gateway = await start_gateway(send_in_c=in_c)
+        client, session = await connected(gateway)
+        stream = session.webrtc.transmitter
+        try:
+            seen_in_c = []
+            await client.capture.wait_packets(5)
+            result = await client.say("one two three four", voice="tone")
+            while True:
+                seen_in_c.append(stream.in_c)
+                state = (await client.state())
+                if state["speech_frames_sent"] >= 20 or len(seen_in_c) > 500:
+                    break
+                await asyncio.sleep(0.005)
+            done = await client.wait_utterance(result.utterance["id"])
+            packets = client.capture.ordered()
+            assert_continuous(packets)
+            heard[in_c] = speech(packets, stream.silence)
+            assert len(heard[in_c]) == done["frames_sent"] == done["frames_encoded"] > 20
+            assert any(seen_in_c) == in_c  # (reading the state takes it back for a slot)
+        finally:
+            await client.close()
+    assert heard[True] == heard[False]
+
+
+async def test_an_interrupt_takes_back_the_frame_fed_to_c(gateway):
+    client, session = await connected(gateway)
+    stream = session.webrtc.transmitter
+    try:
+        await client.capture.wait_packets(5)
+        result = await client.say("a long sentence to be cut short " * 4, voice="tone")
+        await client.capture.wait_until(lambda: len(speech(client.capture.packets,
+                                                           stream.silence)) >= 10)
+        assert stream.in_c
+        assert await client.interrupt() == 1
+        stopped = asyncio.get_running_loop().time()
+        done = await client.wait_utterance(result.utterance["id"])
+        await asyncio.sleep(0.2)
+        assert done["state"] == "interrupted"
+        packets = client.capture.ordered()
+        assert_continuous(packets)
+        said = speech(packets, stream.silence)
+        assert len(said) == done["frames_sent"] < done["frames_encoded"]
+        late = [p for p in packets if p.payload != stream.silence and p.arrival > stopped + 0.03]
+        assert not late, "speech sent after the interrupt returned"
+        assert (await client.state())["send_errors"] == 0
     finally:
         await client.close()
