@@ -10,12 +10,14 @@ built."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from itertools import pairwise
 
 from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.nack.rtcp import build_nack_packet
 from gateway.net import sendpath
+from gateway.webrtc.batch_sender import BatchStream
 
 
 async def connected(gateway) -> tuple[GatewayClient, object]:
@@ -186,5 +188,28 @@ async def test_an_interrupt_takes_back_the_frame_fed_to_c(gateway):
         late = [p for p in packets if p.payload != stream.silence and p.arrival > stopped + 0.03]
         assert not late, "speech sent after the interrupt returned"
         assert (await client.state())["send_errors"] == 0
+    finally:
+        await client.close()
+
+
+async def test_a_moved_ice_pair_takes_the_stream_back_within_100_ms(gateway, monkeypatch):
+    """C sends on the pair it was handed with; a new nominated pair (an ICE restart) is
+    noticed by the periodic path check, not only at the next sender report (turned off
+    here), and the stream goes on over the new pair."""
+    monkeypatch.setattr(BatchStream, "_on_report", lambda self: None)
+    client, session = await connected(gateway)
+    stream = session.webrtc.transmitter
+    try:
+        await asyncio.wait_for(_until(lambda: stream.in_c), 3)
+        assert stream._compiled.still_valid()
+        transport = session.webrtc.pc.getTransceivers()[0].sender.transport
+        nominated = transport.transport._connection._nominated  # (aioice's)
+        nominated[1] = copy.copy(nominated[1])  # the same path, another pair object
+        assert not stream._compiled.still_valid()
+        before = client.capture.count
+        await asyncio.wait_for(_until(lambda: stream._compiled.still_valid()), 0.3)
+        await asyncio.wait_for(_until(lambda: stream.in_c), 0.3)  # handed over again
+        await asyncio.wait_for(client.capture.wait_packets(before + 20), 2)
+        assert_continuous(client.capture.ordered())
     finally:
         await client.close()

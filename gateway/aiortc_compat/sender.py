@@ -251,6 +251,12 @@ def compiled_rtp_sender(
     def unpark(parked: Any) -> tuple[float, float, list[int]] | None:
         return parked[0].unpark(stream)
 
+    def still_valid() -> bool:
+        """The path ``park`` found is still the one ``send`` would use: connected, the
+        socket open, the same nominated pair (an ICE restart moves it)."""
+        return (transport._state is connected and not endpoint.closing
+                and nominated.get(1) is pair)
+
     def unfeed(parked: Any) -> bool:
         return parked[0].unfeed(stream)
 
@@ -259,4 +265,5 @@ def compiled_rtp_sender(
     send.park = park  # type: ignore[attr-defined]
     send.unpark = unpark  # type: ignore[attr-defined]
     send.unfeed = unfeed  # type: ignore[attr-defined]
+    send.still_valid = still_valid  # type: ignore[attr-defined]
     return send

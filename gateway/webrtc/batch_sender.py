@@ -32,6 +32,7 @@ import logging
 import math
 import random
 import weakref
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -59,6 +60,7 @@ DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus
 REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
+CHECK_EVERY_TICKS = 40  # a stream held in C has its path checked every 40 ticks (100 ms)
 
 
 def send_stamp() -> tuple[int, int, bytes]:
@@ -81,18 +83,22 @@ class _InC:
     tick's packets are flushed; the speech frames C sent are then recorded and their owners
     told (``BatchStream._sent_fed``), and each stream is given its next frame."""
 
-    __slots__ = ("__weakref__", "batches", "streams", "ticker")
+    __slots__ = ("__weakref__", "batches", "checks", "streams", "ticker")
 
     def __init__(self, ticker: Ticker) -> None:
         self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
         self.batches: dict[object, udp_mux.UdpMux] = {}  # CompiledBatch -> its socket
         self.streams: dict[int, BatchStream] = {}
+        #: handles in the order their path is checked again (``check_some``); a handle no
+        #: longer in ``streams`` is dropped when its turn comes
+        self.checks: deque[int] = deque()
 
     def add(self, handle: int, stream: BatchStream, in_c: tuple[Any, udp_mux.UdpMux, Any]
             ) -> None:
         batch, mux, _ = in_c
         self.batches[batch] = mux
         self.streams[handle] = stream
+        self.checks.append(handle)
 
     def remove(self, handle: int, in_c: tuple[Any, udp_mux.UdpMux, Any]) -> None:
         self.streams.pop(handle, None)
@@ -123,7 +129,23 @@ class _InC:
                             stream._sent_fed(sent[k + 1], sent[k + 2], now)
             if earliest < math.inf:  # keep the grid ticking for them
                 ticker.call_at(earliest, _keep_ticking)
+            self.check_some()
         udp_mux.flush_pending()
+
+    def check_some(self) -> None:
+        """Check the path of a share of the streams C holds, so each is checked every
+        ``CHECK_EVERY_TICKS`` ticks (100 ms): one whose transport closed, socket closed or
+        nominated pair moved (an ICE restart) goes back to the tick, whose sends handle it."""
+        checks, streams = self.checks, self.streams
+        for _ in range(min(len(checks), -(-len(streams) // CHECK_EVERY_TICKS))):
+            handle = checks.popleft()
+            stream = streams.get(handle)
+            if stream is None:
+                continue  # taken back meanwhile
+            if stream._path_still_valid():
+                checks.append(handle)
+            else:
+                stream._back_to_tick()
 
 
 def _keep_ticking() -> None:
@@ -418,11 +440,11 @@ class BatchStream:
         ahead) or the keep-alive silence, protects and stages it and records it in the store's
         ring; ``_sent_fed`` then does the rest of ``_emit`` for a frame sent (the store's
         refs, the owner told, the counters) and feeds the next. Taken back (``_from_c``) for
-        each sender report (so its path is checked again, every 0.5-1.5 s), a reader of its
-        counters, RED turning active, and ``stop``. Only a plain stream: compiled, no DTX,
-        RED not active (adaptive RED turns on with reported loss: until the stream is next
-        taken back, at most a report interval, its silence goes without redundancy), no test
-        loss. True: the tick chain stops here."""
+        each sender report, a reader of its counters, RED turning active, a path that changed
+        (checked every 100 ms: ``_InC.check_some``), and ``stop``. Only a plain stream:
+        compiled, no DTX, RED not active (adaptive RED turns on with reported loss: a frame C
+        sent with it on takes the stream back; silence until then goes without redundancy),
+        no test loss. True: the tick chain stops here."""
         compiled, red, pacer = self._compiled, self.sink.red, self.pacer
         if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
                 or (red is not None and red.active(pacer.clock()))):
@@ -483,6 +505,10 @@ class BatchStream:
             self._back_to_tick()  # RED from here on: each packet through ``wrap``
             return
         self._feed_next()
+
+    def _path_still_valid(self) -> bool:
+        compiled = self._compiled
+        return compiled is not None and compiled.still_valid()  # type: ignore[attr-defined]
 
     def _back_to_tick(self) -> None:
         if self._in_c is not None and self._running:
