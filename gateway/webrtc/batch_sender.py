@@ -107,6 +107,12 @@ class _InC:
             self.batches.pop(batch, None)
 
     def end_of_tick(self) -> None:
+        try:
+            self._run()
+        finally:  # (whatever failed: the tick's packets leave)
+            udp_mux.flush_pending()
+
+    def _run(self) -> None:
         batches, ticker = self.batches, self.ticker()
         if batches and ticker is not None:
             now = ticker.clock()
@@ -125,12 +131,15 @@ class _InC:
                     sent = consumed.tolist()  # (a stream taken back may move C's array)
                     for k in range(0, len(sent), 3):
                         stream = streams.get(sent[k])
-                        if stream is not None:
+                        if stream is None:
+                            continue
+                        try:
                             stream._sent_fed(sent[k + 1], sent[k + 2], now)
+                        except Exception as exc:  # that stream's; the others go on
+                            stream._failed(exc)
             if earliest < math.inf:  # keep the grid ticking for them
                 ticker.call_at(earliest, _keep_ticking)
             self.check_some()
-        udp_mux.flush_pending()
 
     def check_some(self) -> None:
         """Check the path of a share of the streams C holds, so each is checked every
@@ -428,10 +437,17 @@ class BatchStream:
             self._failed(exc)
             due = None
         finally:
-            if self._running and not (self.in_c_allowed and self._to_c()):
+            if self._running and not (self.in_c_allowed and self._handed_to_c()):
                 # a bound method made per slot: one kept on self would be a cycle (self ->
                 # method -> self) and a closed stream would wait for a full collection
                 self.ticker.call_at(pacer.deadline() if due is None else due, self._on_tick)
+
+    def _handed_to_c(self) -> bool:
+        try:
+            return self._to_c()
+        except Exception as exc:  # (the stream stays on the tick)
+            self._failed(exc)
+            return False
 
     def _to_c(self) -> bool:
         """Hand the stream to C (docs/density.md, "A stream sent from C"): the compiled
