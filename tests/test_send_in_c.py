@@ -213,3 +213,14 @@ async def test_a_moved_ice_pair_takes_the_stream_back_within_100_ms(gateway, mon
         assert_continuous(client.capture.ordered())
     finally:
         await client.close()
+
+
+async def test_a_bitrate_whose_frames_c_cannot_take_stays_on_the_tick(start_gateway):
+    gateway = await start_gateway(bitrate=128_000)  # 20 ms frames past sendpath.FEED_MAX
+    client, session = await connected(gateway)
+    stream = session.webrtc.transmitter
+    try:
+        await client.capture.wait_packets(30)
+        assert not stream.in_c_allowed and not stream.in_c and stream.handovers == 0
+    finally:
+        await client.close()

@@ -41,6 +41,7 @@ SLOT = 1536  # bytes per datagram slot (as net/sendmmsg.py)
 MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.py)
 MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
 PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest seq, recorded
+FEED_MAX = 320  # bytes of a speech frame C takes (GW_FEED): 20 ms at up to ~64 kbit/s VBR
 
 _CDEF = """
 typedef struct { ...; } gw_batch;
@@ -88,7 +89,7 @@ _SOURCE = r"""
 #define GW_MAX 512
 #define GW_HDR 64
 #define GW_SILENCE 64
-#define GW_FEED 320  /* bytes of a fed speech frame (an Opus packet; larger: sent from the tick) */
+#define GW_FEED @FEED_MAX@  /* bytes of a fed speech frame (larger: sent from the tick) */
 #define GW_RING 256
 #define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
 
@@ -427,6 +428,7 @@ int gw_copy_slot(gw_batch *b, int i, unsigned char *out, int size) {
 void gw_discard(gw_batch *b) { b->count = 0; }
 """
 
+_SOURCE = _SOURCE.replace("@FEED_MAX@", str(FEED_MAX))
 _DIGEST = hashlib.sha256((_CDEF + _SOURCE).encode()).hexdigest()[:12]
 MODULE = f"_gw_sendpath_{_DIGEST}"
 
