@@ -260,7 +260,7 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
                 plain = header.build(seq, (ts_origin + s * 960) & 0xFFFFFFFF,
                                      ast.to_bytes(3, "big"), payload)
                 expected.append(protect(plain))
-                if payload is fed:  # the sender's half (``BatchStream._sent_fed``)
+                if payload is fed:  # the sender's half (``BatchStream.sent_from_c``)
                     store.record_refs(seq, fed, None, 77, 0, now)
                 kept = store.lookup(seq)
                 assert kept is not None and kept.packet == plain and kept.payload == payload

@@ -27,12 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import math
 import random
-import weakref
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -47,10 +43,10 @@ from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.ticker import Ticker
 from gateway.net import udp_mux
 from gateway.rtp.header import RtpHeaderTemplate, abs_send_time, ntp_now
+from gateway.webrtc.in_c import EARLY_S, MAX_CATCH_UP, held_in_c, next_handle
 from gateway.webrtc.rtp_sink import RtpSink, take_slot
 
 log = logging.getLogger(__name__)
-MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
 MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before dropping
 RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
 DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
@@ -59,8 +55,6 @@ DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus
 # the interval by 0.5-1.5), sent from the tick instead of a task per session
 REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
-EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
-CHECK_EVERY_TICKS = 40  # a stream held in C has its path checked every 40 ticks (100 ms)
 
 
 def send_stamp() -> tuple[int, int, bytes]:
@@ -75,101 +69,6 @@ def _report_if_alive(stream: ReferenceType[BatchStream]) -> None:
     alive = stream()
     if alive is not None:
         alive._on_report()
-
-
-class _InC:
-    """The streams of one ticker that C sends (``BatchStream._to_c``), by handle, and each
-    shared socket's compiled batch they are on: run at the end of every tick, before the
-    tick's packets are flushed; the speech frames C sent are then recorded and their owners
-    told (``BatchStream._sent_fed``), and each stream is given its next frame."""
-
-    __slots__ = ("__weakref__", "batches", "checks", "streams", "ticker")
-
-    def __init__(self, ticker: Ticker) -> None:
-        self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
-        self.batches: dict[object, udp_mux.UdpMux] = {}  # CompiledBatch -> its socket
-        self.streams: dict[int, BatchStream] = {}
-        #: handles in the order their path is checked again (``check_some``); a handle no
-        #: longer in ``streams`` is dropped when its turn comes
-        self.checks: deque[int] = deque()
-
-    def add(self, handle: int, stream: BatchStream, in_c: tuple[Any, udp_mux.UdpMux, Any]
-            ) -> None:
-        batch, mux, _ = in_c
-        self.batches[batch] = mux
-        self.streams[handle] = stream
-        self.checks.append(handle)
-
-    def remove(self, handle: int, in_c: tuple[Any, udp_mux.UdpMux, Any]) -> None:
-        self.streams.pop(handle, None)
-        batch = in_c[0]
-        if not batch.parked:  # type: ignore[attr-defined]
-            self.batches.pop(batch, None)
-
-    def end_of_tick(self) -> None:
-        try:
-            self._run()
-        finally:  # (whatever failed: the tick's packets leave)
-            udp_mux.flush_pending()
-
-    def _run(self) -> None:
-        batches, ticker = self.batches, self.ticker()
-        if batches and ticker is not None:
-            now = ticker.clock()
-            stamp = ticker.tick_stamp or send_stamp()
-            earliest = math.inf
-            streams = self.streams
-            for batch, mux in tuple(batches.items()):
-                staged, due, consumed = batch.run_parked(  # type: ignore[attr-defined]
-                    now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
-                )
-                if staged:
-                    mux.staged()
-                if due < earliest:
-                    earliest = due
-                if consumed is not None:
-                    sent = consumed.tolist()  # (a stream taken back may move C's array)
-                    for k in range(0, len(sent), 3):
-                        stream = streams.get(sent[k])
-                        if stream is None:
-                            continue
-                        try:
-                            stream._sent_fed(sent[k + 1], sent[k + 2], now)
-                        except Exception as exc:  # that stream's; the others go on
-                            stream._failed(exc)
-            if earliest < math.inf:  # keep the grid ticking for them
-                ticker.call_at(earliest, _keep_ticking)
-            self.check_some()
-
-    def check_some(self) -> None:
-        """Check the path of a share of the streams C holds, so each is checked every
-        ``CHECK_EVERY_TICKS`` ticks (100 ms): one whose transport closed, socket closed or
-        nominated pair moved (an ICE restart) goes back to the tick, whose sends handle it."""
-        checks, streams = self.checks, self.streams
-        for _ in range(min(len(checks), -(-len(streams) // CHECK_EVERY_TICKS))):
-            handle = checks.popleft()
-            stream = streams.get(handle)
-            if stream is None:
-                continue  # taken back meanwhile
-            if stream._path_still_valid():
-                checks.append(handle)
-            else:
-                stream._back_to_tick()
-
-
-def _keep_ticking() -> None:
-    """A tick a stream sent from C waits for (its work is the end-of-tick hook's)."""
-
-
-_IN_C: weakref.WeakKeyDictionary[Ticker, _InC] = weakref.WeakKeyDictionary()
-_HANDLES = itertools.count(1)
-
-
-def _in_c_on(ticker: Ticker) -> _InC:
-    in_c = _IN_C.get(ticker)
-    if in_c is None:
-        in_c = _IN_C[ticker] = _InC(ticker)
-    return in_c
 
 
 class ParkedTrack(MediaStreamTrack):
@@ -307,7 +206,7 @@ class BatchStream:
         self._direct_rtcp = aiortc_compat.direct_rtp_sender(sender.transport, rtcp=True)
         self._compiled = self._compiled_sender(sender)
         # the streams C sends, then the tick's packets leave together
-        self.ticker.after_each_tick(_in_c_on(self.ticker).end_of_tick)
+        self.ticker.after_each_tick(held_in_c(self.ticker).end_of_tick)
         self._running = True
         self.queue.on_wake = self._on_wake  # (both held until ``stop``)
         self.queue.on_take_back = self._take_back_fed
@@ -373,7 +272,7 @@ class BatchStream:
             # back to the tick for one slot (handed to C again if nothing changed): the stats
             # are brought up to date, and that slot's send checks the path (a closed
             # transport, a new pair) as every packet does
-            self._back_to_tick()
+            self.back_to_tick()
             sender = self._sender
             assert sender is not None
             if self._compiled is not None:
@@ -381,7 +280,7 @@ class BatchStream:
             self._transmit(aiortc_compat.sender_report(sender), sender, self._direct_rtcp)
             self.stats.sender_reports += 1
         except Exception as exc:
-            self._failed(exc)
+            self.failed(exc)
         finally:
             if self._running:
                 self._schedule_report()
@@ -432,9 +331,9 @@ class BatchStream:
                         header = self._marker_header or header  # (DTX only: else all have M)
                     self._emit(payload, owner, index, slot, now, ntp, ast, ast_bytes, header)
                 except Exception as exc:  # this packet's; the tick's other slots still go
-                    self._failed(exc)
+                    self.failed(exc)
         except Exception as exc:
-            self._failed(exc)
+            self.failed(exc)
             due = None
         finally:
             if self._running and not (self.in_c_allowed and self._handed_to_c()):
@@ -446,7 +345,7 @@ class BatchStream:
         try:
             return self._to_c()
         except Exception as exc:  # (the stream stays on the tick)
-            self._failed(exc)
+            self.failed(exc)
             return False
 
     def _to_c(self) -> bool:
@@ -454,10 +353,10 @@ class BatchStream:
         path's ``gw_run_parked`` releases its slots from the end of each tick as this tick
         would, each carrying the frame fed to it (``_feed_next``: the queue's next, one slot
         ahead) or the keep-alive silence, protects and stages it and records it in the store's
-        ring; ``_sent_fed`` then does the rest of ``_emit`` for a frame sent (the store's
+        ring; ``sent_from_c`` then does the rest of ``_emit`` for a frame sent (the store's
         refs, the owner told, the counters) and feeds the next. Taken back (``_from_c``) for
         each sender report, a reader of its counters, RED turning active, a path that changed
-        (checked every 100 ms: ``_InC.check_some``), and ``stop``. Only a plain stream:
+        (checked every 100 ms: ``in_c.HeldInC.check_some``), and ``stop``. Only a plain stream:
         compiled, no DTX, RED not active (adaptive RED turns on with reported loss: a frame C
         sent with it on takes the stream back; silence until then goes without redundancy),
         no test loss. True: the tick chain stops here."""
@@ -469,7 +368,7 @@ class BatchStream:
         origin, slot = pacer.handover()
         times = (origin, pacer.period, pacer.max_lateness, ticker.time_of(0), ticker.period,
                  EARLY_S)
-        handle = next(_HANDLES) & 0xFFFFFFFF
+        handle = next_handle() & 0xFFFFFFFF
         in_c = compiled.park(  # type: ignore[attr-defined]
             times, slot, self._seq, self._ts_origin, self._header.second_byte,
             self.store.ring, self.silence, handle,
@@ -478,7 +377,7 @@ class BatchStream:
             return False
         self._in_c, self._handle = in_c, handle
         self.handovers += 1
-        _in_c_on(ticker).add(handle, self, in_c)
+        held_in_c(ticker).add(handle, self, in_c)
         self._feed_next()
         return True
 
@@ -494,11 +393,11 @@ class BatchStream:
         if in_c[2](payload, len(payload), fields[2]):  # type: ignore[misc]
             # (too long for C's slot): it goes from the tick
             self.queue.push_front(*fields)
-            self._back_to_tick()
+            self.back_to_tick()
             return
         self._fed = fields
 
-    def _sent_fed(self, seq: int, timestamp: int, now: float) -> None:
+    def sent_from_c(self, seq: int, timestamp: int, now: float) -> None:
         """C sent the frame fed to it as ``seq``: what ``_emit`` does after the send."""
         fields, self._fed = self._fed, None
         if fields is None:
@@ -516,17 +415,17 @@ class BatchStream:
             # the store's ring has the packet's fields (C's); its payload and owner here
             self.store.record_refs(seq, payload, owner, index, timestamp, now)
         except Exception as exc:  # an owner's failure: the stream carries on
-            self._failed(exc)
+            self.failed(exc)
         if red is not None and red.active(now):
-            self._back_to_tick()  # RED from here on: each packet through ``wrap``
+            self.back_to_tick()  # RED from here on: each packet through ``wrap``
             return
         self._feed_next()
 
-    def _path_still_valid(self) -> bool:
+    def path_still_valid(self) -> bool:
         compiled = self._compiled
         return compiled is not None and compiled.still_valid()  # type: ignore[attr-defined]
 
-    def _back_to_tick(self) -> None:
+    def back_to_tick(self) -> None:
         if self._in_c is not None and self._running:
             self._from_c()
             self._schedule()
@@ -550,7 +449,7 @@ class BatchStream:
         self._take_back_fed()
         state = compiled.unpark(in_c)  # type: ignore[attr-defined]
         self._in_c = None
-        _in_c_on(self.ticker).remove(handle, in_c)
+        held_in_c(self.ticker).remove(handle, in_c)
         if state is None:
             return
         origin, max_late, (slot, seq, released, late, rebases, frames, octets, quiet) = state
@@ -559,7 +458,7 @@ class BatchStream:
             # stream's owner): C stops a stream's run at its frame, so it took the last slot
             # released and the last seq used
             timestamp = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-            self._sent_fed((seq - 1) & 0xFFFF, timestamp, self.pacer.clock())
+            self.sent_from_c((seq - 1) & 0xFFFF, timestamp, self.pacer.clock())
         self.pacer.take_back(origin, slot, released, late, rebases, max_late)
         self._seq = seq
         stats = self.stats
@@ -575,14 +474,15 @@ class BatchStream:
     def settle(self) -> None:
         """Bring the counters up to date now (whoever reads them: a session's state, the
         metrics): a stream sent from C is taken back; its next tick hands it over again."""
-        self._back_to_tick()
+        self.back_to_tick()
 
     @property
     def in_c(self) -> bool:
         """C sends its packets right now (``_to_c``)."""
         return self._in_c is not None
 
-    def _failed(self, exc: Exception) -> None:
+    def failed(self, exc: Exception) -> None:
+        """Count (and log once) a failure of this stream's sending; the stream carries on."""
         self.stats.send_errors += 1
         if self._last_error is None:  # logged once per stream; counted every time
             log.exception("send tick failed (the stream carries on)")

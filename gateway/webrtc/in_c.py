@@ -1,0 +1,146 @@
+"""The streams C sends, per ticker (``BatchStream._to_c``, webrtc/batch_sender.py).
+
+A plain stream on the compiled path is handed to its C struct between sender reports
+(net/sendpath.py ``gw_run_parked``). This registry runs every compiled batch they are on from
+the end of each tick, before the tick's packets are flushed; records each speech frame C sent
+and feeds the stream its next one (``Held.sent_from_c``); keeps the grid ticking for them; and
+checks each stream's path every ``CHECK_EVERY_TICKS`` ticks (docs/density.md, "A stream sent
+from C").
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections import deque
+from typing import Any, Protocol
+
+from gateway.media.ticker import Ticker
+from gateway.net import udp_mux
+from gateway.rtp.header import abs_send_time, ntp_now
+
+MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
+EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
+CHECK_EVERY_TICKS = 40  # a stream held in C has its path checked every 40 ticks (100 ms)
+
+
+class Held(Protocol):
+    """What the registry asks of a stream it holds (``BatchStream``)."""
+
+    def sent_from_c(self, seq: int, timestamp: int, now: float) -> None: ...
+
+    def path_still_valid(self) -> bool: ...
+
+    def back_to_tick(self) -> None: ...
+
+    def failed(self, exc: Exception) -> None: ...
+
+
+def _send_stamp() -> tuple[int, int]:
+    ntp = ntp_now()
+    return ntp, abs_send_time(ntp)
+
+
+class HeldInC:
+    """The streams of one ticker that C sends, by handle, and each shared socket's compiled
+    batch they are on: run at the end of every tick, before the tick's packets are flushed;
+    the speech frames C sent are then recorded and their owners told (``sent_from_c``), and
+    each stream is given its next frame."""
+
+    __slots__ = ("__weakref__", "batches", "checks", "streams", "ticker")
+
+    def __init__(self, ticker: Ticker) -> None:
+        self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
+        self.batches: dict[object, udp_mux.UdpMux] = {}  # CompiledBatch -> its socket
+        self.streams: dict[int, Held] = {}
+        #: handles in the order their path is checked again (``check_some``); a handle no
+        #: longer in ``streams`` is dropped when its turn comes
+        self.checks: deque[int] = deque()
+
+    def add(self, handle: int, stream: Held, in_c: tuple[Any, udp_mux.UdpMux, Any]
+            ) -> None:
+        batch, mux, _ = in_c
+        self.batches[batch] = mux
+        self.streams[handle] = stream
+        self.checks.append(handle)
+
+    def remove(self, handle: int, in_c: tuple[Any, udp_mux.UdpMux, Any]) -> None:
+        self.streams.pop(handle, None)
+        batch = in_c[0]
+        if not batch.parked:  # type: ignore[attr-defined]
+            self.batches.pop(batch, None)
+
+    def end_of_tick(self) -> None:
+        try:
+            self._run()
+        finally:  # (whatever failed: the tick's packets leave)
+            udp_mux.flush_pending()
+
+    def _run(self) -> None:
+        batches, ticker = self.batches, self.ticker()
+        if batches and ticker is not None:
+            now = ticker.clock()
+            stamp = ticker.tick_stamp or _send_stamp()
+            earliest = math.inf
+            streams = self.streams
+            for batch, mux in tuple(batches.items()):
+                staged, due, consumed = batch.run_parked(  # type: ignore[attr-defined]
+                    now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
+                )
+                if staged:
+                    mux.staged()
+                if due < earliest:
+                    earliest = due
+                if consumed is not None:
+                    sent = consumed.tolist()  # (a stream taken back may move C's array)
+                    for k in range(0, len(sent), 3):
+                        stream = streams.get(sent[k])
+                        if stream is None:
+                            continue
+                        try:
+                            stream.sent_from_c(sent[k + 1], sent[k + 2], now)
+                        except Exception as exc:  # that stream's; the others go on
+                            stream.failed(exc)
+            if earliest < math.inf:  # keep the grid ticking for them
+                ticker.call_at(earliest, _keep_ticking)
+            self.check_some()
+
+    def check_some(self) -> None:
+        """Check the path of a share of the streams C holds, so each is checked every
+        ``CHECK_EVERY_TICKS`` ticks (100 ms): one whose transport closed, socket closed or
+        nominated pair moved (an ICE restart) goes back to the tick, whose sends handle it."""
+        checks, streams = self.checks, self.streams
+        for _ in range(min(len(checks), -(-len(streams) // CHECK_EVERY_TICKS))):
+            handle = checks.popleft()
+            stream = streams.get(handle)
+            if stream is None:
+                continue  # taken back meanwhile
+            if stream.path_still_valid():
+                checks.append(handle)
+            else:
+                stream.back_to_tick()
+
+
+def _keep_ticking() -> None:
+    """A tick a stream sent from C waits for (its work is the end-of-tick hook's)."""
+
+
+_HELD: weakref.WeakKeyDictionary[Ticker, HeldInC] = weakref.WeakKeyDictionary()
+_HANDLES = itertools.count(1)
+
+
+def held_in_c(ticker: Ticker) -> HeldInC:
+    """The ticker's registry (made on first use)."""
+    held = _HELD.get(ticker)
+    if held is None:
+        held = _HELD[ticker] = HeldInC(ticker)
+    return held
+
+
+def next_handle() -> int:
+    """A new name for a stream handed to C (never reused while the process lives: a stale
+    entry of C's list of frames sent cannot name another stream)."""
+    return next(_HANDLES) & 0xFFFFFFFF
+
+
