@@ -233,7 +233,7 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
                                   sendmmsg.sockaddr_bytes(sink.getsockname()))
         origin, slot = 1000.0, 7
         ts_origin, seq = 0xFFFFF000, 65530
-        assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025, 0.0005), slot, seq,
+        assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025), slot, seq,
                           ts_origin, header.second_byte, store.ring, store.silence, handle=42)
         pacer._origin, pacer._slot = origin, slot  # the reference schedule
         ast = 0x123456

@@ -234,7 +234,7 @@ def compiled_rtp_sender(
             sender._RTCRtpSender__ntp_timestamp = last_ntp  # type: ignore[attr-defined]
             sender._RTCRtpSender__rtp_timestamp = last_ts  # type: ignore[attr-defined]
 
-    def park(times: tuple[float, float, float, float, float, float], slot: int, seq: int,
+    def park(times: tuple[float, float, float, float, float], slot: int, seq: int,
              ts_origin: int, b1: int, ring: Any, silence: bytes, handle: int) -> Any:
         """Hand the stream's keep-alive silence to C (``CompiledBatch.park``) while the path
         is as ``send`` would find it; the batch it is parked on, or None (not parked)."""

@@ -126,7 +126,7 @@ struct gw_stream {
     /* parked (gw_park): the stream's schedule and state while C sends its silence */
     int parked_at;  /* index in the batch's parked array + 1 (0: not parked) */
     int broken;     /* a packet could not be staged: parked but silent until unparked */
-    double origin, period, max_lateness, grid_origin, grid_period, early;
+    double origin, period, max_lateness, grid_origin, grid_period;
     long long slot;                 /* the next slot */
     unsigned int seq, ts_origin, b1;
     unsigned int *meta;             /* the FrameStore's ring: 4 words a slot, then 2 */
@@ -237,8 +237,8 @@ int gw_flush(gw_batch *b);
 
 /* Park a stream: from now on gw_run_parked sends its keep-alive silence, one packet a due
    slot, and records each in its FrameStore's ring, until gw_unpark. times: the schedule's
-   origin, period, the lateness that re-anchors it, the tick grid's origin and period, and how
-   early a slot may go (as PacingClock.release_due). Returns 0, or -1 (silence too long). */
+   origin, period, the lateness that re-anchors it, the tick grid's origin and period (how
+   early a slot may go is gw_run_parked's). Returns 0, or -1 (silence too long). */
 int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
             unsigned int ts_origin, unsigned int b1, unsigned int *meta,
             const unsigned char *silence, int silence_len, unsigned int handle) {
@@ -254,7 +254,7 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
         b->cap_parked = cap;
     }
     s->origin = times[0]; s->period = times[1]; s->max_lateness = times[2];
-    s->grid_origin = times[3]; s->grid_period = times[4]; s->early = times[5];
+    s->grid_origin = times[3]; s->grid_period = times[4];
     s->slot = slot; s->seq = seq & 0xFFFF; s->ts_origin = ts_origin; s->b1 = b1;
     s->meta = meta;
     memcpy(s->silence, silence, silence_len);
@@ -568,12 +568,12 @@ class CompiledBatch:
     def flush(self) -> int:
         return int(self.flush_c(self._ptr))
 
-    def park(self, stream: Any, times: tuple[float, float, float, float, float, float],
+    def park(self, stream: Any, times: tuple[float, float, float, float, float],
              slot: int, seq: int, ts_origin: int, b1: int, ring: array, silence: bytes,
              handle: int = 0) -> bool:
         """Hand a stream's keep-alive silence to C (``gw_park``): ``times`` -- its schedule's
-        origin, period, re-anchoring lateness, the tick grid's origin and period, how early a
-        slot may go; ``slot``, ``seq``: the next ones; ``ring``: its FrameStore's ring
+        origin, period, re-anchoring lateness, the tick grid's origin and period; ``slot``,
+        ``seq``: the next ones; ``ring``: its FrameStore's ring
         (``PARKED_RING_WORDS`` 32-bit words, kept alive here until ``unpark``); ``handle``:
         the caller's name for it in ``run_parked``'s frames sent. False: not parked."""
         if ring.itemsize != 4 or len(ring) != PARKED_RING_WORDS or stream in self._rings:

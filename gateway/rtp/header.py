@@ -34,6 +34,14 @@ def abs_send_time(ntp: int) -> int:
     return (ntp >> 14) & 0x00FF_FFFF
 
 
+def send_stamp() -> tuple[int, int, bytes]:
+    """The wall clock as a packet's send time: NTP (the sender report's counters), its
+    abs-send-time and that as the header extension's three octets."""
+    ntp = ntp_now()
+    ast = abs_send_time(ntp)
+    return ntp, ast, ast.to_bytes(3, "big")
+
+
 class RtpHeaderTemplate:
     """Serialized RTP packets of one stream: ``build(seq, timestamp, ast, payload)``."""
 

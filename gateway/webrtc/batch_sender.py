@@ -42,8 +42,8 @@ from gateway.media.frames import FrameOwner
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.ticker import Ticker
 from gateway.net import udp_mux
-from gateway.rtp.header import RtpHeaderTemplate, abs_send_time, ntp_now
-from gateway.webrtc.in_c import EARLY_S, MAX_CATCH_UP, held_in_c, next_handle
+from gateway.rtp.header import RtpHeaderTemplate, send_stamp
+from gateway.webrtc.in_c import MAX_CATCH_UP, held_in_c, next_handle
 from gateway.webrtc.rtp_sink import RtpSink, take_slot
 
 log = logging.getLogger(__name__)
@@ -55,14 +55,6 @@ DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus
 # the interval by 0.5-1.5), sent from the tick instead of a task per session
 REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
-
-
-def send_stamp() -> tuple[int, int, bytes]:
-    """The wall clock as a packet's send time: NTP (the sender report's counters), its
-    abs-send-time and that as the header extension's three octets."""
-    ntp = ntp_now()
-    ast = abs_send_time(ntp)
-    return ntp, ast, ast.to_bytes(3, "big")
 
 
 def _report_if_alive(stream: ReferenceType[BatchStream]) -> None:
@@ -366,9 +358,8 @@ class BatchStream:
             return False
         ticker = self.ticker
         origin, slot = pacer.handover()
-        times = (origin, pacer.period, pacer.max_lateness, ticker.time_of(0), ticker.period,
-                 EARLY_S)
-        handle = next_handle() & 0xFFFFFFFF
+        times = (origin, pacer.period, pacer.max_lateness, ticker.time_of(0), ticker.period)
+        handle = next_handle()
         in_c = compiled.park(  # type: ignore[attr-defined]
             times, slot, self._seq, self._ts_origin, self._header.second_byte,
             self.store.ring, self.silence, handle,
@@ -453,12 +444,12 @@ class BatchStream:
         if state is None:
             return
         origin, max_late, (slot, seq, released, late, rebases, frames, octets, quiet) = state
+        last_ts = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         if self._fed is not None:
             # sent by C in this tick and not recorded yet (taken back in between, by another
             # stream's owner): C stops a stream's run at its frame, so it took the last slot
             # released and the last seq used
-            timestamp = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-            self.sent_from_c((seq - 1) & 0xFFFF, timestamp, self.pacer.clock())
+            self.sent_from_c((seq - 1) & 0xFFFF, last_ts, self.pacer.clock())
         self.pacer.take_back(origin, slot, released, late, rebases, max_late)
         self._seq = seq
         stats = self.stats
@@ -468,8 +459,7 @@ class BatchStream:
         self._idle_slots += quiet
         red = self.sink.red
         if red is not None and quiet:
-            last = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-            red.sent_plain(self.silence, last, quiet)
+            red.sent_plain(self.silence, last_ts, quiet)
 
     def settle(self) -> None:
         """Bring the counters up to date now (whoever reads them: a session's state, the

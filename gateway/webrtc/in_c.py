@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from gateway.media.ticker import Ticker
 from gateway.net import udp_mux
-from gateway.rtp.header import abs_send_time, ntp_now
+from gateway.rtp.header import send_stamp
 
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
 EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
@@ -35,11 +35,6 @@ class Held(Protocol):
     def back_to_tick(self) -> None: ...
 
     def failed(self, exc: Exception) -> None: ...
-
-
-def _send_stamp() -> tuple[int, int]:
-    ntp = ntp_now()
-    return ntp, abs_send_time(ntp)
 
 
 class HeldInC:
@@ -81,7 +76,7 @@ class HeldInC:
         batches, ticker = self.batches, self.ticker()
         if batches and ticker is not None:
             now = ticker.clock()
-            stamp = ticker.tick_stamp or _send_stamp()
+            stamp = ticker.tick_stamp or send_stamp()
             earliest = math.inf
             streams = self.streams
             for batch, mux in tuple(batches.items()):
