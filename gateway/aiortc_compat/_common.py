@@ -3,7 +3,7 @@ and the ways to reach a transport's aioice ``Connection``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from aiortc import (
@@ -19,6 +19,15 @@ def _require(obj: object, attr: str) -> None:
             "gateway.aiortc_compat needs updating for this aiortc version"
         )
 
+
+
+def _missing_names(func: object, names: Iterable[str], label: str) -> list[str]:
+    """``label.format(name)`` for each of ``names`` that ``func``'s code no longer uses (its
+    ``co_names``: the globals and attributes it reads or writes); all of them when ``func``
+    is gone or has no code -- the loud half of checking that aiortc still does what we rely
+    on."""
+    used = getattr(getattr(func, "__code__", None), "co_names", ())
+    return [label.format(name) for name in names if name not in used]
 
 
 def _ice_connection(transport: RTCDtlsTransport) -> Any:

@@ -24,6 +24,7 @@ from gateway.aiortc_compat._common import (
     _ice_connection,
     _ice_connection_of,
     _ice_connections,
+    _missing_names,
     _require,
 )
 from gateway.net.udp_mux import UdpMux
@@ -166,15 +167,14 @@ def _mux_problems() -> list[str]:
         if not callable(getattr(aioice.candidate, name, None)):
             problems.append(f"aioice.candidate.{name}")
     stun_protocol = getattr(aioice.ice, "StunProtocol", None)
-    code = getattr(getattr(stun_protocol, "__init__", None), "__code__", None)
-    for name in ("transactions", "receiver"):  # set in its __init__ (which needs a loop)
-        if code is None or name not in code.co_names:
-            problems.append(f"aioice.StunProtocol.{name}")
+    # set in its __init__ (which needs a loop)
+    problems += _missing_names(getattr(stun_protocol, "__init__", None),
+                               ("transactions", "receiver"), "aioice.StunProtocol.{}")
     for name in ("connection_made", "datagram_received", "connection_lost"):
         if not callable(getattr(stun_protocol, name, None)):
             problems.append(f"aioice.StunProtocol.{name}")
-    if _PC_ICE_TRANSPORTS not in RTCPeerConnection.__init__.__code__.co_names:
-        problems.append(f"RTCPeerConnection.{_PC_ICE_TRANSPORTS}")
+    problems += _missing_names(RTCPeerConnection.__init__, (_PC_ICE_TRANSPORTS,),
+                               "RTCPeerConnection.{}")
     return problems
 
 

@@ -42,7 +42,7 @@ from aiortc import RTCDtlsTransport, RTCIceTransport, RTCRtpReceiver
 from aiortc.clock import current_datetime
 from aiortc.rtp import RtpPacket
 
-from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection
+from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection, _missing_names
 from gateway.aiortc_compat.dtls import srtp_unprotector
 from gateway.aiortc_compat.rtp_taps import _RECEIVER_JITTER_BUFFER, RTP_TAP, _DiscardJitterBuffer
 
@@ -66,39 +66,32 @@ _RECEIVER_ATTRS = ("_enabled", _KIND, _CODECS, _STREAMS, _ACTIVE_SSRC, _NACK_GEN
 def _rx_fast_problems() -> list[str]:
     """check_internals' part for this module: the names above, and that aiortc's receive path
     still does what the fast path repeats (the names its code uses)."""
-    problems: list[str] = []
-    dtls_init = RTCDtlsTransport.__init__.__code__.co_names
-    for name in _DTLS_ATTRS:
-        if name not in dtls_init:
-            problems.append(f"RTCDtlsTransport.{name}")
-    recv_next = getattr(RTCDtlsTransport, "_recv_next", None)
-    names = getattr(getattr(recv_next, "__code__", None), "co_names", ())
-    for name in ("_rx_srtp", "unprotect", "_handle_rtp_data", "is_rtcp", _RX_BYTES, _RX_PACKETS):
-        if name not in names:
-            problems.append(f"RTCDtlsTransport._recv_next no longer uses {name}")
-    handle = getattr(RTCDtlsTransport, "_handle_rtp_data", None)
-    names = getattr(getattr(handle, "__code__", None), "co_names", ())
-    for name in ("parse", "_rtp_header_extensions_map", "_rtp_router", "route_rtp",
-                 "_handle_rtp_packet"):
-        if name not in names:
-            problems.append(f"RTCDtlsTransport._handle_rtp_data no longer uses {name}")
-    receiver_init = RTCRtpReceiver.__init__.__code__.co_names
-    for name in _RECEIVER_ATTRS:
-        if name not in receiver_init:
-            problems.append(f"RTCRtpReceiver.{name}")
-    handle = getattr(RTCRtpReceiver, "_handle_rtp_packet", None)
-    names = getattr(getattr(handle, "__code__", None), "co_names", ())
-    for name in ("_enabled", _ACTIVE_SSRC, _CODECS, _STREAMS, "StreamStatistics", "add",
-                 _NACK_GENERATOR, _BITRATE_ESTIMATOR, _RECEIVER_JITTER_BUFFER):
-        if name not in names:
-            problems.append(f"RTCRtpReceiver._handle_rtp_packet no longer uses {name}")
+    problems = _missing_names(RTCDtlsTransport.__init__, _DTLS_ATTRS, "RTCDtlsTransport.{}")
+    problems += _missing_names(
+        getattr(RTCDtlsTransport, "_recv_next", None),
+        ("_rx_srtp", "unprotect", "_handle_rtp_data", "is_rtcp", _RX_BYTES, _RX_PACKETS),
+        "RTCDtlsTransport._recv_next no longer uses {}",
+    )
+    problems += _missing_names(
+        getattr(RTCDtlsTransport, "_handle_rtp_data", None),
+        ("parse", "_rtp_header_extensions_map", "_rtp_router", "route_rtp",
+         "_handle_rtp_packet"),
+        "RTCDtlsTransport._handle_rtp_data no longer uses {}",
+    )
+    problems += _missing_names(RTCRtpReceiver.__init__, _RECEIVER_ATTRS, "RTCRtpReceiver.{}")
+    problems += _missing_names(
+        getattr(RTCRtpReceiver, "_handle_rtp_packet", None),
+        ("_enabled", _ACTIVE_SSRC, _CODECS, _STREAMS, "StreamStatistics", "add",
+         _NACK_GENERATOR, _BITRATE_ESTIMATOR, _RECEIVER_JITTER_BUFFER),
+        "RTCRtpReceiver._handle_rtp_packet no longer uses {}",
+    )
     if not callable(getattr(aiortc.rtcrtpreceiver, "StreamStatistics", None)):
         problems.append("aiortc.rtcrtpreceiver.StreamStatistics")
-    data_received = getattr(aioice.ice.Connection, "data_received", None)
-    if "_queue" not in getattr(getattr(data_received, "__code__", None), "co_names", ()):
-        problems.append("aioice.Connection.data_received no longer queues to _queue")
-    if "_connection" not in RTCIceTransport.__init__.__code__.co_names:
-        problems.append("RTCIceTransport._connection")
+    problems += _missing_names(getattr(aioice.ice.Connection, "data_received", None),
+                               ("_queue",),
+                               "aioice.Connection.data_received no longer queues to {}")
+    problems += _missing_names(RTCIceTransport.__init__, ("_connection",),
+                               "RTCIceTransport.{}")
     return problems
 
 
