@@ -128,12 +128,15 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform()}
 
 
-def write_results(name: str, data: dict[str, Any]) -> Path:
+def write_results(name: str, data: dict[str, Any],
+                  default: Callable[[Any], Any] | None = None) -> Path:
+    """``bench/results/<name>.json``, stamped with the time and machine; ``default``: as
+    ``json.dumps``'s, for values JSON has no type for."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     data = {"benchmark": name, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "machine": machine(), **data}
-    path.write_text(json.dumps(data, indent=2))
+    path.write_text(json.dumps(data, indent=2, default=default))
     return path
 
 

@@ -73,6 +73,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from bench.common import write_results
 from gateway import aiortc_compat
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY
@@ -314,10 +315,7 @@ def main() -> None:
     if not have_espeak():
         raise SystemExit("espeak-ng (Debian) speaks the questions: make test installs it")
     result = asyncio.run(run())
-    out = REPO / "bench" / "results" / "duplex_load.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
-    print(f"wrote {out}")
+    print(f"wrote {write_results('duplex_load', result, default=str)}")
 
 
 if __name__ == "__main__":

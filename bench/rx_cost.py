@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import json
 import os
 import shutil
 import statistics
@@ -33,6 +32,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bench.common import write_results
 from gateway import aiortc_compat
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY
@@ -245,10 +245,7 @@ def main() -> None:
         asyncio.run(loadgen(args.url, args.talkers, args.seconds))
         return
     result = asyncio.run(run())
-    out = REPO / "bench" / "results" / "rx_cost.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
-    print(f"wrote {out}")
+    print(f"wrote {write_results('rx_cost', result, default=str)}")
 
 
 if __name__ == "__main__":
