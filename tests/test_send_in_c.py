@@ -1,6 +1,6 @@
 """A stream sent from C (issue 28): a plain stream on the compiled path hands its slots to
-``gw_run_parked`` (``BatchStream._to_c``) -- the keep-alive silence, and each speech frame fed
-to it one slot ahead -- and is taken back for its sender report, a reader of its counters, RED
+``gw_run_parked`` (``BatchStream._to_c``) -- the keep-alive silence, and the speech frames fed
+to it ahead (up to ``sendpath.FED_SLOTS``) -- and is taken back for its sender report, a reader of its counters, RED
 turning active, or its close. A real aiortc client over loopback sees one continuous stream
 across every hand-over (no seq skipped or repeated, the timestamp 960 a packet, every packet
 decrypting), the same speech as the tick sends, nothing of an utterance after its interrupt
@@ -215,12 +215,19 @@ async def test_a_moved_ice_pair_takes_the_stream_back_within_100_ms(gateway, mon
         await client.close()
 
 
-async def test_a_bitrate_whose_frames_c_cannot_take_stays_on_the_tick(start_gateway):
-    gateway = await start_gateway(bitrate=128_000)  # 20 ms frames past sendpath.FEED_MAX
+async def test_a_high_bitrate_stream_is_sent_from_c_too(start_gateway):
+    """C reads fed frames where they lie (no copy into a slot of its own): a 128 kbit/s
+    stream's 20 ms frames (~320 bytes, up to twice that) go from C as well, as one stream."""
+    gateway = await start_gateway(bitrate=128_000)
     client, session = await connected(gateway)
     stream = session.webrtc.transmitter
     try:
-        await client.capture.wait_packets(30)
-        assert not stream.in_c_allowed and not stream.in_c and stream.handovers == 0
+        await asyncio.wait_for(_until(lambda: stream.in_c), 2)
+        result = await client.say("a longer sentence to send", voice="tone")
+        await client.wait_utterance(result.utterance["id"])
+        state = await client.state()
+        assert stream.in_c_allowed and stream.handovers > 0
+        assert state["speech_frames_sent"] > 0 and state["send_errors"] == 0
+        assert_continuous(client.capture.ordered())
     finally:
         await client.close()

@@ -198,6 +198,53 @@ async def test_a_session_streams_through_the_compiled_path(gateway):
     assert health["udp_mux"]["compiled_sent"] >= 60
 
 
+def test_fed_frames_go_in_order_and_the_stream_is_asked_for_when_they_run_low():
+    """C holds ``FED_SLOTS`` fed frames at most; it lists the stream when a frame fed with
+    ``report`` went, when its fed frames fall to ``FED_LOW`` and when they run out -- not for
+    the frames between; a frame longer than ``FEED_MAX`` is not taken; ``unfeed`` gives back
+    the count not sent."""
+    header = templates()[1]
+    batch, out, sink = compiled_batch()
+    store = FrameStore()
+    store.header, store.silence = header, b"\xf8\xff\xfe"
+    srtp = session()  # (alive while C protects with it)
+    try:
+        stream = batch.new_stream(header.raw, header.ast_at,
+                                  aiortc_compat.srtp_session_address(srtp),
+                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
+        assert batch.park(stream, (0.0, 0.02, 0.1, 0.0, 0.0025), 0, 100, 0,
+                          header.second_byte, store.ring, store.silence, handle=7)
+        frames = [bytes([k]) * (10 + k) for k in range(sendpath.FED_SLOTS + 4)]
+        taken, buf = batch.feed_run(stream, frames, 0, True)
+        assert taken == sendpath.FED_SLOTS  # the rest wait in the sender's queue
+        asked = []
+        for slot in range(sendpath.FED_SLOTS + 2):
+            _, _, consumed = batch.run_parked(slot * 0.02, 0, 0, 0.0005, 5)
+            if consumed is not None:
+                asked.append((slot, consumed.tolist()))
+            batch.discard()
+        low = sendpath.FED_SLOTS - sendpath.FED_LOW - 1  # its frame leaves FED_LOW
+        assert asked == [(0, [7]), (low, [7]), (sendpath.FED_SLOTS - 1, [7])]
+        count, first = batch.take_sent(stream)
+        assert (count, first) == (sendpath.FED_SLOTS, 100)
+        owner = object()
+        store.record_run(first, frames[:count], owner)  # type: ignore[arg-type]
+        sent = [store.lookup(100 + k) for k in range(sendpath.FED_SLOTS + 2)]
+        assert [(p.payload, p.frame.owner, p.frame.index) for p in sent[:count]  # type: ignore
+                ] == [(frames[k], owner, k) for k in range(count)]
+        assert [p.payload if p else None for p in sent[sendpath.FED_SLOTS:]] == [
+            store.silence] * 2  # then silence
+        assert batch.take_sent(stream) == (0, 100)
+        too_long = b"x" * (sendpath.FEED_MAX + 1)
+        assert batch.feed_run(stream, [b"ok", too_long], 0, False)[0] == 1
+        assert batch.unfeed(stream) == 1 and batch.unfeed(stream) == 0
+        assert batch.unpark(stream) is not None
+        del buf
+    finally:
+        out.close()
+        sink.close()
+
+
 async def test_python_send_path_when_chosen(start_gateway):
     gateway = await start_gateway(send_path="python")
     health = await _stream_and_read_health(gateway)
@@ -217,9 +264,10 @@ async def test_fallback_when_the_extension_is_absent(start_gateway, monkeypatch)
 
 def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
     """``gw_run_parked``: slots released as ``PacingClock.release_due`` releases them (early
-    by 0.5 ms, at most ``limit`` a run, re-anchored after a stall), each carrying the fed frame
-    or the silence, protected as the Python path protects the same packet, recorded in a
-    FrameStore's ring as ``FrameStore.lookup`` reads it; a fed frame ends the stream's run."""
+    by 0.5 ms, at most ``limit`` a run, re-anchored after a stall), each carrying the next fed
+    frame or the silence, protected as the Python path protects the same packet, recorded in a
+    FrameStore's ring as ``FrameStore.lookup`` reads it once the sender took the fed frames
+    sent (``take_sent``, ``FrameStore.record_run``)."""
     header = templates()[1]  # (a stream without DTX: every packet has the marker bit)
     python_session, compiled_session = session(), session()
     protect = aiortc_compat.srtp_protector(python_session)
@@ -237,42 +285,52 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
                           ts_origin, header.second_byte, store.ring, store.silence, handle=42)
         pacer._origin, pacer._slot = origin, slot  # the reference schedule
         ast = 0x123456
-        # (now, fed frame or None): on time, a fed frame, early by 0.4 ms, late by 3 slots
-        # (catch-up, a fed frame stops it), a stall past max lateness (re-anchored)
-        runs = [(origin + 7 * 0.02, None), (origin + 8 * 0.02, b"speech-1"),
-                (origin + 9 * 0.02 - 0.0004, None), (origin + 13 * 0.02, None),
-                (origin + 16 * 0.02 + 0.0001, b"speech-2"), (origin + 16 * 0.02, None),
-                (origin + 27 * 0.02, None)]
+        # (now, frames fed before the run): on time, a fed frame, early by 0.4 ms, late by 3
+        # slots with two fed (catch-up: both, then silence), a stall past max lateness
+        # (re-anchored)
+        runs = [(origin + 7 * 0.02, []), (origin + 8 * 0.02, [b"speech-1"]),
+                (origin + 9 * 0.02 - 0.0004, []),
+                (origin + 13 * 0.02, [b"speech-2", b"speech-three"]),
+                (origin + 16 * 0.02 + 0.0001, []), (origin + 16 * 0.02, []),
+                (origin + 27 * 0.02, [])]
         expected: list[bytes] = []
+        buffers = []  # (the sender keeps each fed run's buffer until its frames are taken)
         for now, fed in runs:
-            if fed is not None:
-                assert batch.feed(stream, fed, 77)
+            if fed:
+                taken, buf = batch.feed_run(stream, list(fed), 77, True)
+                assert taken == len(fed)
+                buffers.append(buf)
             staged, due, consumed = batch.run_parked(now, 5, ast, 0.0005, 5)
             released, next_due = pacer.release_due(now, 5)
-            if fed is not None and len(released) > 1:
-                # C stops at the fed frame: the rest of the due slots wait for the next run
-                pacer._slot = released[0] + 1  # (no stall here: the origin stays)
-                released = released[:1]
-                next_due = pacer.deadline()
             assert due == pytest.approx(next_due)
-            for k, s in enumerate(released):
-                payload = fed if (fed is not None and k == 0) else store.silence
+            waiting = list(fed)
+            first_seq = seq
+            for s in released:
+                payload = waiting.pop(0) if waiting else store.silence
                 plain = header.build(seq, (ts_origin + s * 960) & 0xFFFFFFFF,
                                      ast.to_bytes(3, "big"), payload)
                 expected.append(protect(plain))
-                if payload is fed:  # the sender's half (``BatchStream.sent_from_c``)
-                    store.record_refs(seq, fed, None, 77, 0, now)
-                kept = store.lookup(seq)
-                assert kept is not None and kept.packet == plain and kept.payload == payload
                 seq = (seq + 1) & 0xFFFF
+            assert not waiting
+            count, first = batch.take_sent(stream)
+            assert count == len(fed)
+            if fed:  # the sender's half (``FedFrames.sent``)
+                assert first == first_seq
+                assert store.record_run(first, list(fed), None) == (
+                    (ts_origin + released[0] * 960) & 0xFFFFFFFF)
+            for k, s in enumerate(released):
+                at = (first_seq + k) & 0xFFFF
+                payload = fed[k] if k < len(fed) else store.silence
+                kept = store.lookup(at)
+                plain = header.build(at, (ts_origin + s * 960) & 0xFFFFFFFF,
+                                     ast.to_bytes(3, "big"), payload)
+                assert kept is not None and kept.packet == plain and kept.payload == payload
             assert staged == len(released)
-            if fed is not None:
-                assert consumed is not None and consumed.tolist() == [
-                    42, (seq - len(released)) & 0xFFFF, (ts_origin + released[0] * 960)
-                    & 0xFFFFFFFF]
-            else:
-                assert consumed is None
-        # slots: 7; 8 (fed); 9 (early); 10-13 (late); 14 (fed: 15-16 wait); 15-16; 17 (a stall:
+            # the stream is asked for once a run that sent fed frames (here each run's fed
+            # frames end in it: none left)
+            assert (consumed.tolist() if consumed is not None else None) == (
+                [42] if fed else None)
+        # slots: 7; 8 (fed); 9 (early); 10-13 (late: two fed, two silent); 14-16; 17 (a stall:
         # re-anchored, the next a period away) -- 11 packets, across the seq wrap
         assert seq == (65530 + 11) & 0xFFFF
         got = batch.staged()
@@ -281,7 +339,7 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
         assert max_late == pytest.approx(0.2)  # the stall's
         assert state[0] == pacer.next_slot and state[1] == seq
         assert origin_back == pytest.approx(pacer._origin) and state[4] == 1  # one re-anchor
-        assert not batch.feed(stream, b"x", 1)  # not in C any more
+        assert batch.feed_run(stream, [b"x"], 1, False)[0] == -1  # not in C any more
         batch.discard()
     finally:
         out.close()

@@ -244,9 +244,8 @@ def compiled_rtp_sender(
             return None
         if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence, handle):
             return None
-        # (batch, socket, ``gw_feed`` bound to the stream: ``feed(payload, len, index)``, 0
-        # when taken -- one C call a frame, no Python between)
-        return batch, mux, partial(batch.feed_c, stream)
+        # (batch, socket, ``CompiledBatch.feed_run`` bound to the stream)
+        return batch, mux, partial(batch.feed_run, stream)
 
     def unpark(parked: Any) -> tuple[float, float, list[int]] | None:
         return parked[0].unpark(stream)
@@ -257,13 +256,17 @@ def compiled_rtp_sender(
         return (transport._state is connected and not endpoint.closing
                 and nominated.get(1) is pair)
 
-    def unfeed(parked: Any) -> bool:
+    def unfeed(parked: Any) -> int:
         return parked[0].unfeed(stream)
+
+    def take_sent(parked: Any) -> tuple[int, int]:
+        return parked[0].take_sent(stream)
 
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     send.sync = sync  # type: ignore[attr-defined]
     send.park = park  # type: ignore[attr-defined]
     send.unpark = unpark  # type: ignore[attr-defined]
     send.unfeed = unfeed  # type: ignore[attr-defined]
+    send.take_sent = take_sent  # type: ignore[attr-defined]
     send.still_valid = still_valid  # type: ignore[attr-defined]
     return send

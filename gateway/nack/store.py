@@ -58,8 +58,8 @@ class StoredPacket:
 
 
 class FrameStore:
-    __slots__ = ("_clock", "_meta", "_refs", "capacity", "header", "red_header", "red_opus_pt",
-                 "silence")
+    __slots__ = ("_clock", "_meta", "_refs", "before_read", "capacity", "header", "red_header",
+                 "red_opus_pt", "silence")
 
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
@@ -81,6 +81,10 @@ class FrameStore:
         self.red_header: RtpHeaderTemplate | None = None  # the RED payload type's, if any
         self.red_opus_pt = 0  # the RED blocks' payload type (Opus), for RED_REBUILT
         self.silence = b""  # the keep-alive silence packet (PARKED_SILENCE entries)
+        #: a stream sent from C records the speech frames C sent some packets later (their
+        #: ring fields are C's at once, their refs not yet): while it does, this gives its
+        #: recorder (a ``WeakMethod``), called before the refs are read
+        self.before_read: Callable[[], Callable[[], None] | None] | None = None
 
     def record_sent(
         self,
@@ -126,8 +130,37 @@ class FrameStore:
         if owner is not None:
             owner.on_frame_sent(index, seq, timestamp, at)
 
+    def record_run(self, seq: int, payloads: list[bytes], owner: FrameOwner | None) -> int:
+        """``record_refs`` for consecutive packets from ``seq`` (their ring fields C wrote),
+        owner not told; the first one's timestamp."""
+        j = (seq & (RING - 1)) << 1
+        n = len(payloads)
+        refs = self._refs
+        end = j + 2 * n
+        if end <= len(refs):
+            refs[j:end:2] = payloads
+            refs[j + 1:end:2] = [owner] * n
+        else:  # across the ring's end
+            for k, payload in enumerate(payloads):
+                i = ((seq + k) & (RING - 1)) << 1
+                refs[i] = payload
+                refs[i + 1] = owner
+        return self._meta[((seq & (RING - 1)) << 2) + 1]
+
+    def timestamp_of(self, seq: int) -> int:
+        """The RTP timestamp the ring holds for ``seq``'s slot."""
+        return self._meta[((seq & (RING - 1)) << 2) + 1]
+
+    def _before_read(self) -> None:
+        hook = self.before_read
+        record = None if hook is None else hook()
+        if record is not None:
+            record()
+
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""
+        if self.before_read is not None:
+            self._before_read()
         newest = self._meta[NEWEST]
         if newest == EMPTY:
             return None
@@ -181,6 +214,8 @@ class FrameStore:
 
     def kept_payload(self, seq: int) -> bytes | None:
         """The payload the ring keeps for ``seq`` (a RED packet's primary), None if none."""
+        if self.before_read is not None:
+            self._before_read()
         i = (seq & (RING - 1)) << 2
         word = self._meta[i]
         if word == EMPTY or word & 0xFFFF != seq:

@@ -41,7 +41,9 @@ SLOT = 1536  # bytes per datagram slot (as net/sendmmsg.py)
 MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.py)
 MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
 PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest seq, recorded
-FEED_MAX = 320  # bytes of a speech frame C takes (GW_FEED): 20 ms at up to ~64 kbit/s VBR
+FEED_MAX = 1275  # bytes of a fed speech frame: Opus's largest packet (RFC 6716 §3.4, R2)
+FED_SLOTS = 16  # speech frames fed ahead to a stream C sends (gw_feed_run): 320 ms
+FED_LOW = 4  # ... fed frames left when C asks for more (its handle in gw_consumed)
 
 _CDEF = """
 typedef struct { ...; } gw_batch;
@@ -62,7 +64,9 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out);
 int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
                   double early, int limit, double *next_due, int *n_consumed);
 int gw_parked_count(gw_batch *b);
-int gw_feed(gw_stream *s, const unsigned char *payload, int payload_len, unsigned int index);
+int gw_feed_run(gw_stream *s, const unsigned char *buf, const int *lens, int n,
+                unsigned int first_index, int report);
+long long gw_take_sent(gw_stream *s);
 int gw_unfeed(gw_stream *s);
 unsigned int *gw_consumed(gw_batch *b);
 void gw_batch_close(gw_batch *b);
@@ -88,8 +92,10 @@ _SOURCE = r"""
 #define GW_SLOT 1536
 #define GW_MAX 512
 #define GW_HDR 64
-#define GW_SILENCE 64
 #define GW_FEED @FEED_MAX@  /* bytes of a fed speech frame (larger: sent from the tick) */
+#define GW_FED @FED_SLOTS@  /* speech frames fed ahead */
+#define GW_FED_LOW @FED_LOW@  /* fed frames left when the sender is asked for more */
+#define GW_REPORT 0x40000000  /* (in a fed frame's len) report the stream when it is sent */
 #define GW_RING 256
 #define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
 
@@ -97,12 +103,20 @@ typedef int (*gw_protect_fn)(void *ctx, void *hdr, int *len);
 
 typedef struct gw_stream gw_stream;
 
+/* A speech frame fed ahead: it lies in the sender's buffer (ffi.from_buffer, kept alive by the
+   sender until the frame is sent and taken, or taken back). */
+typedef struct {
+    const unsigned char *p;
+    int len;  /* | GW_REPORT */
+    unsigned int index;
+} gw_fed;
+
 typedef struct {
     int fd;
     int count;
     int n_parked, cap_parked;
     gw_stream **parked;  /* streams whose keep-alive silence C sends (gw_run_parked) */
-    unsigned int *consumed;  /* the last run's fed frames sent: (handle, seq, timestamp) */
+    unsigned int *consumed;  /* the last run's streams to report (handles) */
     int trailer;
     gw_protect_fn protect;
     unsigned long long calls, sent, failed, skipped, protect_failed, batches;
@@ -130,14 +144,16 @@ struct gw_stream {
     long long slot;                 /* the next slot */
     unsigned int seq, ts_origin, b1;
     unsigned int *meta;             /* the FrameStore's ring: 4 words a slot, then 2 */
-    unsigned char silence[GW_SILENCE];
+    const unsigned char *silence;  /* the sender's (pinned by CompiledBatch.park) */
     int silence_len;
     unsigned long long p_slots, p_late, p_rebases, p_frames, p_bytes, p_quiet;
     double p_max_late;
-    /* the next speech frame, fed by the sender (gw_feed): sent in the next due slot */
-    unsigned int handle, fed_index;
-    int fed_len;  /* -1: none */
-    unsigned char fed[GW_FEED];
+    /* the speech frames fed by the sender (gw_feed_run), oldest first: each goes in the next
+       due slot instead of silence */
+    unsigned int handle;
+    int fed_head, fed_n;
+    unsigned int sent_first, sent_n;  /* fed frames sent since the sender last took them */
+    gw_fed fed[GW_FED];
 };
 
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer) {
@@ -242,13 +258,13 @@ int gw_flush(gw_batch *b);
 int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsigned int seq,
             unsigned int ts_origin, unsigned int b1, unsigned int *meta,
             const unsigned char *silence, int silence_len, unsigned int handle) {
-    if (s->parked_at || silence_len < 0 || silence_len > GW_SILENCE || b->fd < 0) return -1;
+    if (s->parked_at || silence_len < 0 || silence_len > GW_FEED || b->fd < 0) return -1;
     if (b->n_parked == b->cap_parked) {
         int cap = b->cap_parked ? b->cap_parked * 2 : 64;
         gw_stream **grown = realloc(b->parked, (size_t)cap * sizeof(gw_stream *));
         if (grown == NULL) return -1;
         b->parked = grown;
-        unsigned int *room = realloc(b->consumed, (size_t)cap * 3 * sizeof(unsigned int));
+        unsigned int *room = realloc(b->consumed, (size_t)cap * sizeof(unsigned int));
         if (room == NULL) return -1;
         b->consumed = room;
         b->cap_parked = cap;
@@ -257,13 +273,14 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
     s->grid_origin = times[3]; s->grid_period = times[4];
     s->slot = slot; s->seq = seq & 0xFFFF; s->ts_origin = ts_origin; s->b1 = b1;
     s->meta = meta;
-    memcpy(s->silence, silence, silence_len);
+    s->silence = silence;
     s->silence_len = silence_len;
     s->handle = handle;
     s->p_slots = s->p_late = s->p_rebases = s->p_frames = s->p_bytes = s->p_quiet = 0;
     s->p_max_late = 0.0;
     s->broken = 0;
-    s->fed_len = -1;
+    s->fed_head = s->fed_n = 0;
+    s->sent_n = 0;
     b->parked[b->n_parked++] = s;
     s->parked_at = b->n_parked;
     return 0;
@@ -281,7 +298,7 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
         b->parked[i]->parked_at = i + 1;
     }
     s->parked_at = 0;
-    s->fed_len = -1;  /* (a frame still fed goes back to the sender's queue: gw_unfeed first) */
+    s->fed_head = s->fed_n = 0;  /* (fed frames go back to the sender's queue: gw_unfeed first) */
     times[0] = s->origin; times[1] = s->p_max_late;
     out[0] = s->slot; out[1] = s->seq; out[2] = (long long)s->p_slots;
     out[3] = (long long)s->p_late; out[4] = (long long)s->p_rebases;
@@ -290,22 +307,45 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
     return 0;
 }
 
-/* Give a parked stream its next speech frame (copied), to go in its next due slot instead of
-   silence; handle: the sender's, returned in gw_consumed when it is sent. Returns 0; -1: not
-   parked, one already fed, or too long. */
-int gw_feed(gw_stream *s, const unsigned char *payload, int payload_len, unsigned int index) {
-    if (!s->parked_at || s->fed_len >= 0 || payload_len < 0 || payload_len > GW_FEED) return -1;
-    memcpy(s->fed, payload, payload_len);
-    s->fed_len = payload_len;
-    s->fed_index = index;
-    return 0;
+/* Feed a parked stream n speech frames, laid end to end in buf (lengths lens; indexes from
+   first_index): each goes in a due slot of its own, in order, before any silence. report: the
+   stream is listed in gw_consumed when the first of them is sent (a new owner's first frame).
+   buf must stay valid until the frames are sent and taken (gw_take_sent) or taken back
+   (gw_unfeed). Returns how many were taken: all, or fewer when the ring is full or a frame is
+   too long (the first not taken); -1: not parked. */
+int gw_feed_run(gw_stream *s, const unsigned char *buf, const int *lens, int n,
+                unsigned int first_index, int report) {
+    if (!s->parked_at) return -1;
+    int taken = 0;
+    size_t off = 0;
+    while (taken < n && s->fed_n < GW_FED) {
+        int len = lens[taken];
+        if (len < 0 || len > GW_FEED) break;
+        gw_fed *f = &s->fed[(s->fed_head + s->fed_n) % GW_FED];
+        f->p = buf + off;
+        f->len = len | (taken == 0 && report ? GW_REPORT : 0);
+        f->index = first_index + (unsigned int)taken;
+        s->fed_n++;
+        off += (size_t)len;
+        taken++;
+    }
+    return taken;
 }
 
-/* Take back a fed frame not sent yet: 1 if there was one (the sender queues it again). */
+/* The fed frames sent since the last take, as (count << 16) | the first one's seq (their seqs
+   follow on: no silence goes while a frame is fed); the count then restarts at 0. */
+long long gw_take_sent(gw_stream *s) {
+    long long out = ((long long)s->sent_n << 16) | (s->sent_first & 0xFFFF);
+    s->sent_n = 0;
+    return out;
+}
+
+/* Take back the fed frames not sent yet (take the sent ones first): how many there were -- the
+   sender's newest fed frames, which it queues again. */
 int gw_unfeed(gw_stream *s) {
-    int had = s->fed_len >= 0;
-    s->fed_len = -1;
-    return had;
+    int n = s->fed_n;
+    s->fed_head = s->fed_n = 0;
+    return n;
 }
 
 unsigned int *gw_consumed(gw_batch *b) { return b->consumed; }
@@ -316,12 +356,14 @@ static double gw_align(const gw_stream *s, double t) {
 }
 
 /* Every parked stream's due slots (at most limit each), as PacingClock.release_due and the
-   batch path's tick: the fed speech frame if there is one (recorded in the ring as seq |
-   PLAIN << 16, timestamp, abs-send-time, its index -- the sender writes its refs -- and listed
-   in gw_consumed; the stream's later due slots wait for the next frame), else the silence
-   (seq | PARKED << 16, timestamp, abs-send-time, 0); then newest seq and the count recorded.
-   Returns the packets staged; *n_consumed <- the fed frames sent; next_due <- the earliest
-   next slot of any parked stream (HUGE_VAL: none). */
+   batch path's tick: the oldest fed speech frame if there is one (recorded in the ring as seq |
+   PLAIN << 16, timestamp, abs-send-time, its index -- the sender writes its refs once it takes
+   it: gw_take_sent), else the silence (seq | PARKED << 16, timestamp, abs-send-time, 0); then
+   newest seq and the count recorded. A stream is listed in gw_consumed (its handle, once a
+   run) when a fed frame marked GW_REPORT went, or its fed frames fell to GW_FED_LOW or to none
+   -- the sender then takes what was sent and feeds more. Returns the packets staged;
+   *n_consumed <- the streams listed; next_due <- the earliest next slot of any parked stream
+   (HUGE_VAL: none). */
 int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
                   double early, int limit, double *next_due, int *n_consumed) {
     int staged = 0, consumed = 0;
@@ -331,6 +373,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
         double origin = s->origin;
         long long first = s->slot, slot = first;
         double due = origin + (double)slot * s->period;
+        int report = 0;
         while (slot - first < limit && due - now <= early) {
             double lateness = now - due;
             long long released = slot++;
@@ -347,9 +390,10 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             if (s->broken) continue;
             unsigned int seq = s->seq;
             unsigned int ts = s->ts_origin + (unsigned int)(released * 960);
-            int speech = s->fed_len >= 0;
-            const unsigned char *payload = speech ? s->fed : s->silence;
-            int len = speech ? s->fed_len : s->silence_len;
+            int speech = s->fed_n > 0;
+            const gw_fed *f = speech ? &s->fed[s->fed_head] : NULL;
+            const unsigned char *payload = speech ? f->p : s->silence;
+            int len = speech ? (f->len & ~GW_REPORT) : s->silence_len;
             int n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, payload, len);
             if (n == -2) {
                 gw_flush(b);
@@ -359,17 +403,18 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             staged++;
             unsigned int *m = s->meta + (size_t)(seq & (GW_RING - 1)) * 4;
             m[0] = seq | ((speech ? 0u : GW_PARKED_HOW) << 16); m[1] = ts;
-            m[2] = ast & 0xFFFFFF; m[3] = speech ? s->fed_index : 0;
+            m[2] = ast & 0xFFFFFF; m[3] = speech ? f->index : 0;
             s->meta[GW_RING * 4] = seq;
             s->meta[GW_RING * 4 + 1]++;
             s->seq = (seq + 1) & 0xFFFF;
             if (speech) {
-                s->fed_len = -1;
-                unsigned int *c = b->consumed + (size_t)consumed * 3;
-                c[0] = s->handle; c[1] = seq; c[2] = ts;
-                consumed++;
+                if (f->len & GW_REPORT) report = 1;
+                s->fed_head = (s->fed_head + 1) % GW_FED;
+                s->fed_n--;
+                if (s->fed_n == GW_FED_LOW || s->fed_n == 0) report = 1;
+                if (s->sent_n++ == 0) s->sent_first = seq;
                 s->p_quiet = 0;
-                break;  /* its next slot carries the next frame, fed after this run */
+                continue;
             }
             s->p_quiet++;
             s->p_frames++;
@@ -377,6 +422,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
         }
         s->origin = origin;
         s->slot = slot;
+        if (report) b->consumed[consumed++] = s->handle;
         if (due < earliest) earliest = due;
     }
     *next_due = earliest;
@@ -428,7 +474,8 @@ int gw_copy_slot(gw_batch *b, int i, unsigned char *out, int size) {
 void gw_discard(gw_batch *b) { b->count = 0; }
 """
 
-_SOURCE = _SOURCE.replace("@FEED_MAX@", str(FEED_MAX))
+_SOURCE = (_SOURCE.replace("@FEED_MAX@", str(FEED_MAX)).replace("@FED_SLOTS@", str(FED_SLOTS))
+           .replace("@FED_LOW@", str(FED_LOW)))
 _DIGEST = hashlib.sha256((_CDEF + _SOURCE).encode()).hexdigest()[:12]
 MODULE = f"_gw_sendpath_{_DIGEST}"
 
@@ -512,7 +559,7 @@ class CompiledBatch:
     """One socket's staged, protected datagrams (``gw_batch``), sent by ``flush``."""
 
     __slots__ = ("__weakref__", "_counters", "_ffi", "_lib", "_n_consumed", "_next_due", "_ptr",
-                 "_rings", "feed_c", "flush_c", "ptr", "stage", "stage_c")
+                 "_rings", "flush_c", "ptr", "stage", "stage_c")
 
     def __init__(self, module: Any, fd: int, protect_address: int, trailer: int) -> None:
         self._ffi, self._lib = module.ffi, module.lib
@@ -523,7 +570,7 @@ class CompiledBatch:
         self._counters = self._ffi.new("unsigned long long[6]")
         self._next_due = self._ffi.new("double[1]")
         self._n_consumed = self._ffi.new("int[1]")
-        self._rings: dict[Any, Any] = {}  # parked stream -> its pinned FrameStore ring
+        self._rings: dict[Any, Any] = {}  # parked stream -> its pinned ring and silence
         lib, p = self._lib, self._ptr
         stage_c = lib.gw_stage
 
@@ -538,8 +585,6 @@ class CompiledBatch:
         self.stage_c = stage_c
         self.ptr = p
         self.flush_c = lib.gw_flush
-        #: ``gw_feed(stream, payload, len(payload), index)``: 0 when taken (see ``feed``)
-        self.feed_c = lib.gw_feed
 
     def new_stream(self, header: bytes, ast_at: int, srtp_address: int, addr: bytes) -> Any:
         """A ``gw_stream`` (owned by the caller: keep it as long as packets are staged)."""
@@ -574,13 +619,15 @@ class CompiledBatch:
         """Hand a stream's keep-alive silence to C (``gw_park``): ``times`` -- its schedule's
         origin, period, re-anchoring lateness, the tick grid's origin and period; ``slot``,
         ``seq``: the next ones; ``ring``: its FrameStore's ring
-        (``PARKED_RING_WORDS`` 32-bit words, kept alive here until ``unpark``); ``handle``:
-        the caller's name for it in ``run_parked``'s frames sent. False: not parked."""
+        (``PARKED_RING_WORDS`` 32-bit words) and ``silence`` (up to ``FEED_MAX`` bytes): both
+        kept alive here, where C reads them, until ``unpark``; ``handle``: the caller's name for
+        it in ``run_parked``'s list. False: not parked."""
         if ring.itemsize != 4 or len(ring) != PARKED_RING_WORDS or stream in self._rings:
             return False
-        pinned = self._ffi.from_buffer("unsigned int[]", ring)
+        pinned = (self._ffi.from_buffer("unsigned int[]", ring),
+                  self._ffi.from_buffer("unsigned char[]", silence))
         rc = self._lib.gw_park(self._ptr, stream, list(times), slot, seq & 0xFFFF,
-                               ts_origin & 0xFFFFFFFF, b1, pinned, silence, len(silence),
+                               ts_origin & 0xFFFFFFFF, b1, pinned[0], pinned[1], len(silence),
                                handle)
         if rc:
             return False
@@ -590,8 +637,8 @@ class CompiledBatch:
     def unpark(self, stream: Any) -> tuple[float, float, list[int]] | None:
         """Take a parked stream back: (its schedule's origin, the most lateness seen, [next
         slot, next seq, slots released, late slots, re-anchorings, silence packets sent, their
-        bytes, silence packets since the last fed frame]); None when it was not parked. A fed
-        frame not sent is dropped (``unfeed`` it first to keep it)."""
+        bytes, silence packets since the last fed frame]); None when it was not parked. Fed
+        frames not sent are dropped (``unfeed`` them first to keep them)."""
         times = self._ffi.new("double[2]")
         out = self._ffi.new("long long[8]")
         rc = self._lib.gw_unpark(self._ptr, stream, times, out)
@@ -603,26 +650,40 @@ class CompiledBatch:
     def run_parked(self, now: float, ntp: int, ast: int, early: float, limit: int
                    ) -> tuple[int, float, memoryview | None]:
         """Every parked stream's due slots sent (``gw_run_parked``): (packets staged, the
-        earliest next slot -- ``math.inf`` when none is parked --, the fed frames sent as
-        (handle, seq, timestamp) triples of 32-bit words, None when none was: valid until the
-        next run)."""
+        earliest next slot -- ``math.inf`` when none is parked --, the handles of the streams
+        whose sender is to take the fed frames sent and feed more (``take_sent``,
+        ``feed_run``), 32-bit words, None when none is: valid until the next run)."""
         run = self._lib.gw_run_parked(self._ptr, now, ntp, ast, early, limit, self._next_due,
                                       self._n_consumed)
         n = self._n_consumed[0]
         consumed = None
         if n:
             words = self._lib.gw_consumed(self._ptr)
-            consumed = memoryview(self._ffi.buffer(words, n * 12)).cast("I")
+            consumed = memoryview(self._ffi.buffer(words, n * 4)).cast("I")
         return int(run), float(self._next_due[0]), consumed
 
-    def feed(self, stream: Any, payload: bytes, index: int) -> bool:
-        """A parked stream's next speech frame (copied), sent in its next due slot instead of
-        the silence; False: not taken (not parked, one already fed, too long)."""
-        return not self._lib.gw_feed(stream, payload, len(payload), index & 0xFFFFFFFF)
+    def feed_run(self, stream: Any, payloads: list[bytes], first_index: int, report: bool
+                 ) -> tuple[int, Any]:
+        """Feed a parked stream speech frames (indexes from ``first_index``), each sent in a
+        due slot of its own, in order, before any silence: (how many C took -- all, or fewer
+        when its ring is full or a frame is longer than ``FEED_MAX`` --, the buffer they lie
+        in, which the caller keeps until they are taken or taken back). ``report``: its handle
+        is listed by ``run_parked`` when the first is sent. -1 taken: not parked."""
+        buf = self._ffi.from_buffer("unsigned char[]", b"".join(payloads))
+        taken = self._lib.gw_feed_run(stream, buf, [len(p) for p in payloads], len(payloads),
+                                      first_index & 0xFFFFFFFF, report)
+        return int(taken), buf
 
-    def unfeed(self, stream: Any) -> bool:
-        """Take back a fed frame not sent yet: True if there was one."""
-        return bool(self._lib.gw_unfeed(stream))
+    def take_sent(self, stream: Any) -> tuple[int, int]:
+        """The fed frames sent since the last take: (how many, the first one's seq; the
+        others' follow on)."""
+        packed = self._lib.gw_take_sent(stream)
+        return packed >> 16, packed & 0xFFFF
+
+    def unfeed(self, stream: Any) -> int:
+        """Take back the fed frames not sent yet (take the sent ones first): how many -- the
+        newest fed."""
+        return int(self._lib.gw_unfeed(stream))
 
     @property
     def parked(self) -> int:

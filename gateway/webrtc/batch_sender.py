@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable
 from functools import partial
 from typing import Any
-from weakref import ReferenceType, ref
+from weakref import ReferenceType, WeakMethod, ref
 
 from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -43,6 +43,7 @@ from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.ticker import Ticker
 from gateway.net import udp_mux
 from gateway.rtp.header import RtpHeaderTemplate, send_stamp
+from gateway.webrtc.fed_frames import FedFrames, FeedRun
 from gateway.webrtc.in_c import MAX_CATCH_UP, held_in_c, next_handle
 from gateway.webrtc.rtp_sink import RtpSink, take_slot
 
@@ -167,9 +168,9 @@ class BatchStream:
         #: (``--no-send-in-c``: to compare)
         self.in_c_allowed = True
         #: (batch, socket, its feed) while in C (``aiortc_compat.compiled_rtp_sender``'s park)
-        self._in_c: tuple[Any, udp_mux.UdpMux, Callable[[bytes, int, int], int]] | None = None
-        self._handle = 0  # its name in C's list of frames sent
-        self._fed: tuple[bytes, FrameOwner | None, int] | None = None  # C's next frame
+        self._in_c: tuple[Any, udp_mux.UdpMux, FeedRun] | None = None
+        self._handle = 0  # its name in C's list of streams to visit
+        self._fed: FedFrames | None = None  # the frames C was fed ahead (made at the first _to_c)
         self.handovers = 0  # times the stream was handed to C
 
     def start(self, sender: RTCRtpSender, payload_type: int) -> None:
@@ -341,17 +342,18 @@ class BatchStream:
             return False
 
     def _to_c(self) -> bool:
-        """Hand the stream to C (docs/density.md, "A stream sent from C"): the compiled
-        path's ``gw_run_parked`` releases its slots from the end of each tick as this tick
-        would, each carrying the frame fed to it (``_feed_next``: the queue's next, one slot
-        ahead) or the keep-alive silence, protects and stages it and records it in the store's
-        ring; ``sent_from_c`` then does the rest of ``_emit`` for a frame sent (the store's
-        refs, the owner told, the counters) and feeds the next. Taken back (``_from_c``) for
-        each sender report, a reader of its counters, RED turning active, a path that changed
-        (checked every 100 ms: ``in_c.HeldInC.check_some``), and ``stop``. Only a plain stream:
-        compiled, no DTX, RED not active (adaptive RED turns on with reported loss: a frame C
-        sent with it on takes the stream back; silence until then goes without redundancy),
-        no test loss. True: the tick chain stops here."""
+        """Hand the stream to C (docs/density.md, "A stream sent from C", "Speech fed
+        ahead"): the compiled path's ``gw_run_parked`` releases its slots from the end of each
+        tick as this tick would, each carrying the next frame it was fed (``_feed``: up to
+        ``sendpath.FED_SLOTS`` from the queue, ahead) or the keep-alive silence, protects and
+        stages it and records it in the store's ring; when its fed frames run low (or a new
+        owner's first went), ``sent_from_c`` does the rest of ``_emit`` for the frames sent
+        (the store's refs, the owners told, the counters) and feeds more. Taken back
+        (``_from_c``) for each sender report, a reader of its counters, RED turning active, a
+        path that changed (checked every 100 ms: ``in_c.HeldInC.check_some``), and ``stop``.
+        Only a plain stream: compiled, no DTX, RED not active (adaptive RED turns on with
+        reported loss: frames C sent with it on take the stream back; silence until then goes
+        without redundancy), no test loss. True: the tick chain stops here."""
         compiled, red, pacer = self._compiled, self.sink.red, self.pacer
         if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
                 or (red is not None and red.active(pacer.clock()))):
@@ -367,50 +369,51 @@ class BatchStream:
         if in_c is None:
             return False
         self._in_c, self._handle = in_c, handle
+        if self._fed is None:
+            self._fed = FedFrames()
+        # (weakly: the store would otherwise keep the stream, a cycle, until it leaves C)
+        self.store.before_read = WeakMethod(self._record_from_c)
         self.handovers += 1
         held_in_c(ticker).add(handle, self, in_c)
-        self._feed_next()
+        self._feed()
         return True
 
-    def _feed_next(self) -> None:
-        """Give C the queue's next frame for the stream's next slot (none: silence)."""
-        in_c = self._in_c
-        if in_c is None or self._fed is not None:
-            return
-        fields = self.queue.pop_fields()
-        if fields is None:
-            return
-        payload = fields[0]
-        if in_c[2](payload, len(payload), fields[2]):  # type: ignore[misc]
-            # (too long for C's slot): it goes from the tick
-            self.queue.push_front(*fields)
+    def _feed(self) -> None:
+        """Feed C the queue's next frames (up to ``sendpath.FED_SLOTS`` ahead); one C does not
+        take (longer than ``sendpath.FEED_MAX``) is back at the queue's front and goes from
+        the tick."""
+        in_c, fed = self._in_c, self._fed
+        if in_c is not None and fed is not None and not fed.feed(self.queue, in_c[2]):
             self.back_to_tick()
-            return
-        self._fed = fields
 
-    def sent_from_c(self, seq: int, timestamp: int, now: float) -> None:
-        """C sent the frame fed to it as ``seq``: what ``_emit`` does after the send."""
-        fields, self._fed = self._fed, None
-        if fields is None:
-            return
-        payload, owner, index = fields
-        stats = self.stats
-        stats.frames_sent += 1
-        stats.speech_frames += 1
-        stats.bytes_sent += len(payload)
-        self._idle_slots = 0
+    def sent_from_c(self, now: float) -> None:
+        """C asks for the stream (its fed frames low, or a new owner's first sent): the frames
+        it sent recorded (``_emit``'s part after the send), and more fed."""
+        self._record_from_c(now)
         red = self.sink.red
-        try:
-            if red is not None:
-                red.sent_plain(payload, timestamp, 1)
-            # the store's ring has the packet's fields (C's); its payload and owner here
-            self.store.record_refs(seq, payload, owner, index, timestamp, now)
-        except Exception as exc:  # an owner's failure: the stream carries on
-            self.failed(exc)
         if red is not None and red.active(now):
             self.back_to_tick()  # RED from here on: each packet through ``wrap``
             return
-        self._feed_next()
+        self._feed()
+
+    def _record_from_c(self, now: float | None = None) -> None:
+        """The fed frames C sent since the last time, recorded: the store's refs, their owners
+        told, RED's history, the counters (also before the store is read: ``before_read``)."""
+        in_c, fed = self._in_c, self._fed
+        if in_c is None or fed is None:
+            return
+        count, seq = self._compiled.take_sent(in_c)  # type: ignore[union-attr]
+        if not count:
+            return
+        stats = self.stats
+        stats.frames_sent += count
+        stats.speech_frames += count
+        self._idle_slots = 0
+        octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
+                                 self.store, self.sink.red)
+        stats.bytes_sent += octets
+        if error is not None:  # an owner's failure: the stream carries on
+            self.failed(error)
 
     def path_still_valid(self) -> bool:
         compiled = self._compiled
@@ -422,34 +425,31 @@ class BatchStream:
             self._schedule()
 
     def _take_back_fed(self) -> None:
-        """The queue is held or cleared (``FrameQueue.on_take_back``): a fed frame C has not
-        sent goes back to its front, to be held or dropped with the rest."""
-        fields, in_c = self._fed, self._in_c
-        if fields is not None and in_c is not None and self._compiled.unfeed(  # type: ignore[union-attr]
-            in_c
-        ):
-            self._fed = None
-            self.queue.push_front(*fields)
+        """The queue is held or cleared (``FrameQueue.on_take_back``): what C sent is recorded
+        first; the fed frames it has not sent go back to the queue's front, to be held or
+        dropped with the rest."""
+        in_c, fed = self._in_c, self._fed
+        if in_c is None or fed is None or not fed.count:
+            return
+        self._record_from_c()
+        self._compiled.unfeed(in_c)  # type: ignore[union-attr]
+        fed.take_back(self.queue)
 
     def _from_c(self) -> None:
         """Take the stream back from C: the schedule, sequence number and counters as it left
-        them; a fed frame not sent back at the queue's front."""
+        them; fed frames not sent back at the queue's front."""
         in_c, handle = self._in_c, self._handle
         compiled = self._compiled
         assert in_c is not None and compiled is not None
         self._take_back_fed()
         state = compiled.unpark(in_c)  # type: ignore[attr-defined]
         self._in_c = None
+        self.store.before_read = None
         held_in_c(self.ticker).remove(handle, in_c)
         if state is None:
             return
         origin, max_late, (slot, seq, released, late, rebases, frames, octets, quiet) = state
         last_ts = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
-        if self._fed is not None:
-            # sent by C in this tick and not recorded yet (taken back in between, by another
-            # stream's owner): C stops a stream's run at its frame, so it took the last slot
-            # released and the last seq used
-            self.sent_from_c((seq - 1) & 0xFFFF, last_ts, self.pacer.clock())
         self.pacer.take_back(origin, slot, released, late, rebases, max_late)
         self._seq = seq
         stats = self.stats
@@ -486,7 +486,7 @@ class BatchStream:
         if not self._running:
             return
         if self._in_c is not None:
-            self._feed_next()
+            self._feed()
             return
         if not self.early_first_frame:
             return

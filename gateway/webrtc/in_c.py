@@ -2,8 +2,9 @@
 
 A plain stream on the compiled path is handed to its C struct between sender reports
 (net/sendpath.py ``gw_run_parked``). This registry runs every compiled batch they are on from
-the end of each tick, before the tick's packets are flushed; records each speech frame C sent
-and feeds the stream its next one (``Held.sent_from_c``); keeps the grid ticking for them; and
+the end of each tick, before the tick's packets are flushed; visits each stream C asks for (its
+fed frames low: ``Held.sent_from_c`` records what C sent and feeds more); keeps the grid
+ticking for them; and
 checks each stream's path every ``CHECK_EVERY_TICKS`` ticks (docs/density.md, "A stream sent
 from C").
 """
@@ -28,7 +29,7 @@ CHECK_EVERY_TICKS = 40  # a stream held in C has its path checked every 40 ticks
 class Held(Protocol):
     """What the registry asks of a stream it holds (``BatchStream``)."""
 
-    def sent_from_c(self, seq: int, timestamp: int, now: float) -> None: ...
+    def sent_from_c(self, now: float) -> None: ...
 
     def path_still_valid(self) -> bool: ...
 
@@ -40,8 +41,8 @@ class Held(Protocol):
 class HeldInC:
     """The streams of one ticker that C sends, by handle, and each shared socket's compiled
     batch they are on: run at the end of every tick, before the tick's packets are flushed;
-    the speech frames C sent are then recorded and their owners told (``sent_from_c``), and
-    each stream is given its next frame."""
+    each stream C then asks for records the speech frames C sent, tells their owners and feeds
+    more (``sent_from_c``)."""
 
     __slots__ = ("__weakref__", "batches", "checks", "streams", "ticker")
 
@@ -88,13 +89,13 @@ class HeldInC:
                 if due < earliest:
                     earliest = due
                 if consumed is not None:
-                    sent = consumed.tolist()  # (a stream taken back may move C's array)
-                    for k in range(0, len(sent), 3):
-                        stream = streams.get(sent[k])
+                    # (a copy: a stream taken back meanwhile may move C's array)
+                    for handle in consumed.tolist():
+                        stream = streams.get(handle)
                         if stream is None:
-                            continue
+                            continue  # taken back meanwhile: what C sent was recorded then
                         try:
-                            stream.sent_from_c(sent[k + 1], sent[k + 2], now)
+                            stream.sent_from_c(now)
                         except Exception as exc:  # that stream's; the others go on
                             stream.failed(exc)
             if earliest < math.inf:  # keep the grid ticking for them

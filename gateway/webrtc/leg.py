@@ -31,7 +31,6 @@ from gateway.media.frame_queue import FrameQueue
 from gateway.media.opus_codec import silence_packet
 from gateway.media.ticker import shared_ticker
 from gateway.nack.store import FrameStore
-from gateway.net import sendpath
 from gateway.net.udp_mux import MuxGroup
 from gateway.receive.receive_path import ReceivePath
 from gateway.runtime.clock import wall_ms, wall_offset
@@ -92,11 +91,7 @@ class WebRtcLeg:
             self.sink, dtx=options.idle_packets == "dtx",
             early_first_frame=options.early_first_frame,
         )
-        # C takes frames of up to FEED_MAX bytes (a larger one goes from the tick, a hand-over
-        # each): at most twice the mean 20 ms frame of the encoder's bitrate
-        self.transmitter.in_c_allowed = (
-            options.send_in_c and options.encoder.bitrate // 200 <= sendpath.FEED_MAX
-        )
+        self.transmitter.in_c_allowed = options.send_in_c
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
         self._watchdog: asyncio.TimerHandle | None = None
