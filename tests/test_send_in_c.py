@@ -1,11 +1,11 @@
 """A stream sent from C (issue 28): a plain stream on the compiled path hands its slots to
 ``gw_run_parked`` (``BatchStream._to_c``) -- the keep-alive silence, and the speech frames fed
-to it ahead (up to ``sendpath.FED_SLOTS``) -- and is taken back for its sender report, a reader of its counters, RED
-turning active, or its close. A real aiortc client over loopback sees one continuous stream
-across every hand-over (no seq skipped or repeated, the timestamp 960 a packet, every packet
-decrypting), the same speech as the tick sends, nothing of an utterance after its interrupt
-returned, and a NACK for a packet C sent answered byte-identical to the one the tick would have
-built."""
+to it ahead (up to ``sendpath.FED_SLOTS``) -- and is taken back for its sender report, a
+reader of its counters, RED turning active, or its close. A real aiortc client over loopback
+sees one continuous stream across every hand-over (no seq skipped or repeated, the timestamp
+960 a packet, every packet decrypting), the same speech as the tick sends, nothing of an
+utterance after its interrupt returned, and a NACK for a packet C sent answered byte-identical
+to the one the tick would have built."""
 
 from __future__ import annotations
 

@@ -262,12 +262,17 @@ async def test_fallback_when_the_extension_is_absent(start_gateway, monkeypatch)
     assert health["udp_mux"]["compiled_sent"] == 0
 
 
-def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte():
+@pytest.mark.parametrize("where", ["in place", "copied"])
+def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monkeypatch):
     """``gw_run_parked``: slots released as ``PacingClock.release_due`` releases them (early
     by 0.5 ms, at most ``limit`` a run, re-anchored after a stall), each carrying the next fed
-    frame or the silence, protected as the Python path protects the same packet, recorded in a
+    frame (read in its ``bytes``, or from a copy where ``sendpath._DATA_OFFSET`` is unknown) or
+    the silence, protected as the Python path protects the same packet, recorded in a
     FrameStore's ring as ``FrameStore.lookup`` reads it once the sender took the fed frames
     sent (``take_sent``, ``FrameStore.record_run``)."""
+    assert sendpath.load() is not None and sendpath._DATA_OFFSET is not None  # (CPython)
+    if where == "copied":
+        monkeypatch.setattr(sendpath, "_DATA_OFFSET", None)
     header = templates()[1]  # (a stream without DTX: every packet has the marker bit)
     python_session, compiled_session = session(), session()
     protect = aiortc_compat.srtp_protector(python_session)

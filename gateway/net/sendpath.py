@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import itertools
 import logging
 import os
 import sys
@@ -64,7 +65,7 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out);
 int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int ast,
                   double early, int limit, double *next_due, int *n_consumed);
 int gw_parked_count(gw_batch *b);
-int gw_feed_run(gw_stream *s, const unsigned char *buf, const int *lens, int n,
+int gw_feed_run(gw_stream *s, const uintptr_t *ptrs, const int *lens, int n,
                 unsigned int first_index, int report);
 long long gw_take_sent(gw_stream *s);
 int gw_unfeed(gw_stream *s);
@@ -103,8 +104,8 @@ typedef int (*gw_protect_fn)(void *ctx, void *hdr, int *len);
 
 typedef struct gw_stream gw_stream;
 
-/* A speech frame fed ahead: it lies in the sender's buffer (ffi.from_buffer, kept alive by the
-   sender until the frame is sent and taken, or taken back). */
+/* A speech frame fed ahead: it lies in the sender's bytes object (kept alive by the sender
+   until the frame is sent and taken, or taken back). */
 typedef struct {
     const unsigned char *p;
     int len;  /* | GW_REPORT */
@@ -307,26 +308,24 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
     return 0;
 }
 
-/* Feed a parked stream n speech frames, laid end to end in buf (lengths lens; indexes from
+/* Feed a parked stream n speech frames (their data at ptrs, lengths lens; indexes from
    first_index): each goes in a due slot of its own, in order, before any silence. report: the
    stream is listed in gw_consumed when the first of them is sent (a new owner's first frame).
-   buf must stay valid until the frames are sent and taken (gw_take_sent) or taken back
+   The data must stay valid until the frames are sent and taken (gw_take_sent) or taken back
    (gw_unfeed). Returns how many were taken: all, or fewer when the ring is full or a frame is
    too long (the first not taken); -1: not parked. */
-int gw_feed_run(gw_stream *s, const unsigned char *buf, const int *lens, int n,
+int gw_feed_run(gw_stream *s, const uintptr_t *ptrs, const int *lens, int n,
                 unsigned int first_index, int report) {
     if (!s->parked_at) return -1;
     int taken = 0;
-    size_t off = 0;
     while (taken < n && s->fed_n < GW_FED) {
         int len = lens[taken];
         if (len < 0 || len > GW_FEED) break;
         gw_fed *f = &s->fed[(s->fed_head + s->fed_n) % GW_FED];
-        f->p = buf + off;
+        f->p = (const unsigned char *)ptrs[taken];
         f->len = len | (taken == 0 && report ? GW_REPORT : 0);
         f->index = first_index + (unsigned int)taken;
         s->fed_n++;
-        off += (size_t)len;
         taken++;
     }
     return taken;
@@ -480,6 +479,10 @@ _DIGEST = hashlib.sha256((_CDEF + _SOURCE).encode()).hexdigest()[:12]
 MODULE = f"_gw_sendpath_{_DIGEST}"
 
 _loaded: Any = None
+#: where a ``bytes`` object's data starts, from its ``id`` (CPython: the address of the object,
+#: which never moves; the data inline after the header); measured at load (``_data_offset``),
+#: None where it does not hold, and fed frames are then copied
+_DATA_OFFSET: int | None = None
 _failure: str | None = None
 DISABLED = False  # tests: simulate a machine where the extension cannot be built or loaded
 
@@ -547,8 +550,24 @@ def load(build_if_missing: bool = True) -> Any:
     if module is None:
         _failure = "not built (python -m gateway.net.sendpath)"
         return None
+    global _DATA_OFFSET
+    _DATA_OFFSET = _data_offset(module.ffi)
     _loaded = module
     return module
+
+
+def _data_offset(ffi: Any) -> int | None:
+    """``bytes`` data's offset from the object's ``id``, if it is one for every ``bytes``
+    (CPython's inline ``ob_sval``: checked on objects of several sizes, as cffi's buffer sees
+    them); else None."""
+    if sys.implementation.name != "cpython":
+        return None
+    offsets = set()
+    for size in (1, 7, 64, 1275, 5000):
+        probe = bytes(range(256)) * (size // 256) + bytes(size % 256)
+        offsets.add(int(ffi.cast("uintptr_t", ffi.from_buffer(probe))) - id(probe))
+    offset = offsets.pop()
+    return offset if not offsets and 0 < offset <= 64 else None
 
 
 def failure() -> str | None:
@@ -666,11 +685,21 @@ class CompiledBatch:
                  ) -> tuple[int, Any]:
         """Feed a parked stream speech frames (indexes from ``first_index``), each sent in a
         due slot of its own, in order, before any silence: (how many C took -- all, or fewer
-        when its ring is full or a frame is longer than ``FEED_MAX`` --, the buffer they lie
-        in, which the caller keeps until they are taken or taken back). ``report``: its handle
-        is listed by ``run_parked`` when the first is sent. -1 taken: not parked."""
-        buf = self._ffi.from_buffer("unsigned char[]", b"".join(payloads))
-        taken = self._lib.gw_feed_run(stream, buf, [len(p) for p in payloads], len(payloads),
+        when its ring is full or a frame is longer than ``FEED_MAX`` --, what else the caller
+        keeps alive with ``payloads`` until they are taken or taken back). C reads each frame
+        where it lies, in its ``bytes`` (``_DATA_OFFSET``); where that cannot be relied on,
+        from a copy of them end to end, the second item. ``report``: its handle is listed by
+        ``run_parked`` when the first is sent. -1 taken: not parked."""
+        lens = [len(p) for p in payloads]
+        if _DATA_OFFSET is not None:
+            offset = _DATA_OFFSET
+            buf = None
+            ptrs = [id(p) + offset for p in payloads]
+        else:
+            buf = self._ffi.from_buffer("unsigned char[]", b"".join(payloads))
+            base = int(self._ffi.cast("uintptr_t", buf))
+            ptrs = list(itertools.accumulate(lens[:-1], initial=base))
+        taken = self._lib.gw_feed_run(stream, ptrs, lens, len(payloads),
                                       first_index & 0xFFFFFFFF, report)
         return int(taken), buf
 
