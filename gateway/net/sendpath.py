@@ -643,11 +643,18 @@ class CompiledBatch:
         it in ``run_parked``'s list. False: not parked."""
         if ring.itemsize != 4 or len(ring) != PARKED_RING_WORDS or stream in self._rings:
             return False
-        pinned = (self._ffi.from_buffer("unsigned int[]", ring),
-                  self._ffi.from_buffer("unsigned char[]", silence))
+        # (C's pointers into them: the array's buffer, which stays put while it is not
+        # resized -- a ring never is --, and the silence's bytes; no cdata kept per stream)
+        ffi = self._ffi
+        meta = ffi.cast("unsigned int *", ring.buffer_info()[0])
+        if _DATA_OFFSET is not None:
+            pinned: tuple[Any, ...] = (ring, silence)
+            data = ffi.cast("const unsigned char *", id(silence) + _DATA_OFFSET)
+        else:
+            data = ffi.from_buffer("unsigned char[]", silence)
+            pinned = (ring, data)
         rc = self._lib.gw_park(self._ptr, stream, list(times), slot, seq & 0xFFFF,
-                               ts_origin & 0xFFFFFFFF, b1, pinned[0], pinned[1], len(silence),
-                               handle)
+                               ts_origin & 0xFFFFFFFF, b1, meta, data, len(silence), handle)
         if rc:
             return False
         self._rings[stream] = pinned
