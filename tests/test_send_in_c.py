@@ -46,19 +46,18 @@ async def test_the_stream_goes_to_c_and_stays_one_stream(gateway):
         parks = stream.handovers
         start = client.capture.count
         await asyncio.wait_for(client.capture.wait_packets(start + 25), 3)  # C sends them
-        assert stream.in_c or stream.handovers > parks  # (a sender report may take it back)
-        result = await client.say("hi", voice="tone")  # a frame: taken back, sent in its slot
+        result = await client.say("hi", voice="tone")  # fed to C ahead: it stays there
         await client.wait_utterance(result.utterance["id"])
-        await asyncio.wait_for(_until(lambda: stream.in_c), 2)  # parked again after it
+        assert stream.in_c and stream.handovers == parks  # (a sender report stays in C too)
         await asyncio.sleep(0.3)
-        state = await client.state()  # read while parked: the counters are brought up to date
+        state = await client.state()  # read while in C: taken back, the counters up to date
         packets = client.capture.ordered()
         assert_continuous(packets)
         assert state["packets_sent"] >= len(packets)
         assert state["packets_sent"] - len(packets) < 10  # (in flight at most)
         assert state["speech_frames_sent"] > 0 and state["send_errors"] == 0
         assert state["pacer"]["rebases"] == 0
-        assert stream.handovers > parks
+        await asyncio.wait_for(_until(lambda: stream.handovers > parks), 1)  # and back to C
     finally:
         await client.close()
     await asyncio.wait_for(session.closed.wait(), 5)
@@ -231,3 +230,28 @@ async def test_a_high_bitrate_stream_is_sent_from_c_too(start_gateway):
         assert_continuous(client.capture.ordered())
     finally:
         await client.close()
+
+
+async def test_loss_that_turns_red_on_takes_the_stream_back_from_c(gateway, monkeypatch):
+    """A sender report no longer takes the stream back (turned off here: not needed): a NACK
+    that turns adaptive RED on does (``Retransmitter.on_red_active``), and from then on every
+    packet is RED, sent from the tick."""
+    from tests.test_red import RED_PT, listen, wait_for
+
+    monkeypatch.setattr(BatchStream, "_on_report", lambda self: None)
+    packets: list = []
+    pc, _ = await listen(gateway, packets)
+    session = next(iter(gateway.registry))
+    stream = session.webrtc.transmitter
+    try:
+        await asyncio.wait_for(_until(lambda: stream.in_c), 3)
+        await wait_for(packets, lambda: len(packets) >= 20)
+        assert {p.payload_type for p in packets} != {RED_PT}
+        receiver = pc.getTransceivers()[0].receiver
+        nack = build_nack_packet(1, packets[0].ssrc, [packets[-1].sequence_number])
+        await aiortc_compat.send_unprotected(receiver.transport, nack)
+        await asyncio.wait_for(_until(lambda: not stream.in_c), 1)
+        await wait_for(packets, lambda: packets[-1].payload_type == RED_PT)
+        assert not stream.in_c
+    finally:
+        await pc.close()

@@ -40,6 +40,7 @@ async def test_reports_reach_an_aiortc_receiver_without_a_task_per_session(conne
     assert 3.2 / (REPORT_MIN_S + REPORT_SPAN_S) - 1 <= reports <= 3.2 / REPORT_MIN_S + 1
     seen = remote_outbound(await client.transceiver.receiver.getStats())
     assert seen, "the client's receiver got no sender report"
+    session.webrtc.transmitter.settle()  # (the counters of what C sent, brought up to date)
     report = seen[0]
     assert report.ssrc == aiortc_compat.sender_ssrc(sender)
     # the counters are what was sent by the report's time: at most what is sent by now, and

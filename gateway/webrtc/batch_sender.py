@@ -258,14 +258,12 @@ class BatchStream:
     def _on_report(self) -> None:
         """The stream's RTCP sender report (+ SDES), from aiortc's counters that the sends
         keep (``note_rtp_sent``; the compiled path's, kept in C, added first), leaving with
-        the tick."""
+        the tick. A stream C sends stays there (its path is checked every 100 ms:
+        ``in_c.HeldInC.check_some``; RED turning on takes it back: ``Retransmitter.
+        on_red_active``)."""
         if not self._running:
             return
         try:
-            # back to the tick for one slot (handed to C again if nothing changed): the stats
-            # are brought up to date, and that slot's send checks the path (a closed
-            # transport, a new pair) as every packet does
-            self.back_to_tick()
             sender = self._sender
             assert sender is not None
             if self._compiled is not None:

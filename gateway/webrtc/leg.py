@@ -94,6 +94,7 @@ class WebRtcLeg:
         self.transmitter.in_c_allowed = options.send_in_c
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
+        self.retransmitter.on_red_active = self.transmitter.back_to_tick
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
         self.events_channel: RTCDataChannel | None = None

@@ -118,6 +118,9 @@ class Retransmitter:
         self._delayed: set[asyncio.TimerHandle] = set()  # test-only delayed resends
         self.rtt_s: float | None = None  # from the receiver's reports (LSR/DLSR)
         self.fraction_lost = 0.0  # the latest report's
+        #: called when reported loss turns adaptive RED on (the leg: a stream C sends goes
+        #: back to the tick, where each packet goes through RED)
+        self.on_red_active: Callable[[], None] | None = None
 
     def attach(self, sender: RTCRtpSender) -> None:
         """Start answering NACKs for ``sender`` (call after the remote description is set)."""
@@ -147,9 +150,7 @@ class Retransmitter:
             if nack.media_ssrc != self._ssrc:
                 self.counters.foreign_ssrc += 1
                 continue
-            if self.sink.red is not None:
-                self.sink.red.loss_reported()
-                self.sink.red.burst_reported(longest_run(nack.seqs))
+            self._loss_reported(longest_run(nack.seqs))
             for outcome in self.responder.handle_nack(nack.seqs, self.clock()):
                 try:
                     await self._answer(outcome)
@@ -222,8 +223,22 @@ class Retransmitter:
             self.fraction_lost = block.fraction_lost
             METRICS.fraction_lost.observe(block.fraction_lost)
             METRICS.jitter.observe(block.jitter / RTP_CLOCK_RATE)
-            if block.fraction_lost > 0 and self.sink.red is not None:
-                self.sink.red.loss_reported()
+            if block.fraction_lost > 0:
+                self._loss_reported()
+
+    def _loss_reported(self, burst: int = 0) -> None:
+        """Loss reported (a NACK with its longest run, or a report's fraction lost): RED
+        told; ``on_red_active`` when that turned it on."""
+        red = self.sink.red
+        if red is None:
+            return
+        now = time.monotonic()
+        was = red.active(now)
+        red.loss_reported(now)
+        if burst:
+            red.burst_reported(burst, now)
+        if not was and self.on_red_active is not None and red.active(now):
+            self.on_red_active()
 
     def _concealment_for(self, seq: int) -> bytes | None:
         """The newest packet's header (SSRC, PT, extensions) with ``seq``, the timestamp that
