@@ -347,11 +347,11 @@ class BatchStream:
         stages it and records it in the store's ring; when its fed frames run low (or a new
         owner's first went), ``sent_from_c`` does the rest of ``_emit`` for the frames sent
         (the store's refs, the owners told, the counters) and feeds more. Taken back
-        (``_from_c``) for each sender report, a reader of its counters, RED turning active, a
-        path that changed (checked every 100 ms: ``in_c.HeldInC.check_some``), and ``stop``.
-        Only a plain stream: compiled, no DTX, RED not active (adaptive RED turns on with
-        reported loss: frames C sent with it on take the stream back; silence until then goes
-        without redundancy), no test loss. True: the tick chain stops here."""
+        (``_from_c``) for a reader of its counters (``settle``), RED turning active
+        (``Retransmitter.on_red_active``), a path that changed (checked every 100 ms:
+        ``in_c.HeldInC.check_some``), and ``stop``; its sender reports leave it in C. Only a
+        plain stream: compiled, no DTX, RED not active, no test loss. True: the tick chain
+        stops here."""
         compiled, red, pacer = self._compiled, self.sink.red, self.pacer
         if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
                 or (red is not None and red.active(pacer.clock()))):

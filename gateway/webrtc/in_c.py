@@ -1,12 +1,12 @@
 """The streams C sends, per ticker (``BatchStream._to_c``, webrtc/batch_sender.py).
 
-A plain stream on the compiled path is handed to its C struct between sender reports
-(net/sendpath.py ``gw_run_parked``). This registry runs every compiled batch they are on from
-the end of each tick, before the tick's packets are flushed; visits each stream C asks for (its
-fed frames low: ``Held.sent_from_c`` records what C sent and feeds more); keeps the grid
-ticking for them; and
-checks each stream's path every ``CHECK_EVERY_TICKS`` ticks (docs/density.md, "A stream sent
-from C").
+A plain stream on the compiled path is handed to its C struct (net/sendpath.py
+``gw_run_parked``) until something needs it back on the tick (``BatchStream._from_c``). This
+registry runs every compiled batch they are on from the end of each tick, before the tick's
+packets are flushed; visits each stream C asks for (its fed frames low: ``Held.sent_from_c``
+records what C sent and feeds more); keeps the grid ticking for them; and checks each stream's
+path every ``CHECK_EVERY_TICKS`` ticks (docs/density.md, "A stream sent from C", "Speech fed
+ahead").
 """
 
 from __future__ import annotations
