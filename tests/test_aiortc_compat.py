@@ -99,3 +99,38 @@ async def test_shared_socket_gathering_advertises_the_shared_port():
         aiortc_compat.restrict_ice_hosts(None)
     assert mux.stats.endpoints == 0 and mux.entries["ufrags"] == 0
     mux.close()
+
+
+def test_an_aioice_that_replaces_its_nominated_dict_is_reported(monkeypatch):
+    """``NominatedPairs`` watches the dict aioice keeps: a method storing another one would
+    silently stop it telling a stream sent from C that its pair moved."""
+
+    def restart(self) -> None:
+        self._nominated = {}
+
+    assert aiortc_compat.sender._nominated_problems() == []
+    monkeypatch.setattr(aioice.ice.Connection, "restart_for_test", restart, raising=False)
+    assert aiortc_compat.sender._nominated_problems() == [
+        "aioice.Connection.restart_for_test assigns _nominated"]
+
+
+def test_nominated_pairs_tell_a_change_once():
+    told = []
+
+    class Stream:
+        def moved(self) -> None:
+            told.append(1)
+
+    import weakref
+
+    stream = Stream()
+    pairs = aiortc_compat.NominatedPairs({1: "a"})
+    pairs.moved = weakref.WeakMethod(stream.moved)
+    pairs[1] = "a"  # the same pair again: nothing moved
+    assert told == []
+    pairs[1] = "b"
+    pairs.clear()
+    assert len(told) == 2
+    del stream  # (held weakly: a stream gone is not called)
+    pairs[1] = "c"
+    assert len(told) == 2

@@ -112,6 +112,7 @@ from gateway.aiortc_compat.rtp_taps import _receiver_rtcp_problems
 from gateway.aiortc_compat.rx_fast import *  # noqa: F403
 from gateway.aiortc_compat.rx_fast import _rx_fast_problems
 from gateway.aiortc_compat.sender import *  # noqa: F403
+from gateway.aiortc_compat.sender import _nominated_problems
 from gateway.aiortc_compat.teardown import *  # noqa: F403
 from gateway.aiortc_compat.teardown import _teardown_problems
 
@@ -151,6 +152,7 @@ def check_internals() -> list[str]:
     problems.extend(_consent_problems())
     problems.extend(_check_pacing_problems())
     problems.extend(_rx_fast_problems())
+    problems.extend(_nominated_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems

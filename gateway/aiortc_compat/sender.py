@@ -3,6 +3,7 @@ synchronous SRTP-protect-and-send on the nominated ICE pair (``direct_rtp_sender
 
 from __future__ import annotations
 
+import dis
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -51,6 +52,61 @@ def note_rtp_sent(
 
 
 
+class NominatedPairs(dict[int, Any]):
+    """aioice's nominated pairs (``Connection._nominated``, put in its place by
+    ``watched_nominated``) that tell ``moved`` -- a weak reference to a callback, set while a
+    stream C sends is on this connection -- when they change: another pair nominated (an ICE
+    restart), or all dropped. aioice only sets items of it and clears it (``check_internals``
+    verifies that it never assigns another dict), so a stream sent from C goes back to the tick
+    the moment its pair moves, with no per-stream polling."""
+
+    __slots__ = ("moved",)
+
+    def __init__(self, pairs: dict[int, Any]) -> None:
+        super().__init__(pairs)
+        self.moved: Callable[[], Callable[[], None] | None] | None = None
+
+    def __setitem__(self, component: int, pair: Any) -> None:
+        changed = self.get(component) is not pair
+        super().__setitem__(component, pair)
+        if changed:
+            self._tell()
+
+    def clear(self) -> None:
+        super().clear()
+        self._tell()
+
+    def _tell(self) -> None:
+        moved = self.moved
+        callback = None if moved is None else moved()
+        if callback is not None:
+            callback()
+
+
+def _nominated_problems() -> list[str]:
+    """``NominatedPairs`` relies on aioice's ``Connection`` setting ``_nominated`` once (in
+    ``__init__``) and then only its items: a method that stores another dict would bypass it."""
+    problems = []
+    for name, func in vars(aioice.ice.Connection).items():
+        code = getattr(func, "__code__", None)
+        if code is None or name == "__init__":
+            continue
+        if any(ins.opname == "STORE_ATTR" and ins.argval == "_nominated"
+               for ins in dis.get_instructions(code)):
+            problems.append(f"aioice.Connection.{name} assigns _nominated")
+    return problems
+
+
+def watched_nominated(connection: Any) -> NominatedPairs:
+    """The connection's nominated pairs as a ``NominatedPairs`` (installed on first use: every
+    holder of it -- the direct and compiled senders -- shares the one aioice updates)."""
+    _require(connection, "_nominated")
+    nominated = connection._nominated
+    if type(nominated) is not NominatedPairs:
+        nominated = connection._nominated = NominatedPairs(nominated)
+    return nominated
+
+
 def direct_rtp_sender(
     transport: RTCDtlsTransport, rtcp: bool = False
 ) -> Callable[[bytes], bool] | None:
@@ -67,8 +123,8 @@ def direct_rtp_sender(
     if transport.state != "connected":
         return None
     connection = _ice_connection(transport)
-    _require(connection, "_nominated")
-    pair = connection._nominated.get(1)
+    nominated = watched_nominated(connection)
+    pair = nominated.get(1)
     if pair is None or type(pair.protocol) is not aioice.ice.StunProtocol:
         return None
     udp = pair.protocol.transport
@@ -81,8 +137,6 @@ def direct_rtp_sender(
     addr = pair.remote_addr
     _require(transport, "_state")
     connected = aiortc.rtcdtlstransport.State.CONNECTED
-
-    nominated = connection._nominated
 
     def send(data: bytes) -> bool:
         nonlocal pair, sendto, is_closing, addr
@@ -164,8 +218,7 @@ def compiled_rtp_sender(
     if transport.state != "connected":
         return None
     connection = _ice_connection(transport)
-    _require(connection, "_nominated")
-    nominated = connection._nominated
+    nominated = watched_nominated(connection)
     session = transport._tx_srtp  # held by ``send``: its srtp_t must outlive every packet
     srtp_address = srtp_session_address(session)
     if srtp_address is None:
@@ -235,19 +288,24 @@ def compiled_rtp_sender(
             sender._RTCRtpSender__rtp_timestamp = last_ts  # type: ignore[attr-defined]
 
     def park(times: tuple[float, float, float, float, float], slot: int, seq: int,
-             ts_origin: int, b1: int, ring: Any, silence: bytes, handle: int) -> Any:
+             ts_origin: int, b1: int, ring: Any, silence: bytes, handle: int,
+             moved: Callable[[], Callable[[], None] | None] | None = None) -> Any:
         """Hand the stream's keep-alive silence to C (``CompiledBatch.park``) while the path
-        is as ``send`` would find it; the batch it is parked on, or None (not parked)."""
+        is as ``send`` would find it; the batch it is parked on, or None (not parked).
+        ``moved``: called (a weak reference to the callback) when another pair is nominated
+        while it is parked."""
         if transport._state is not connected or endpoint.closing:
             return None
         if nominated.get(1) is not pair:
             return None
         if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence, handle):
             return None
+        nominated.moved = moved
         # (batch, socket, ``CompiledBatch.feed_run`` bound to the stream)
         return batch, mux, partial(batch.feed_run, stream)
 
     def unpark(parked: Any) -> tuple[float, float, list[int]] | None:
+        nominated.moved = None
         return parked[0].unpark(stream)
 
     def still_valid() -> bool:

@@ -258,9 +258,7 @@ class BatchStream:
     def _on_report(self) -> None:
         """The stream's RTCP sender report (+ SDES), from aiortc's counters that the sends
         keep (``note_rtp_sent``; the compiled path's, kept in C, added first), leaving with
-        the tick. A stream C sends stays there (its path is checked every 100 ms:
-        ``in_c.HeldInC.check_some``; RED turning on takes it back: ``Retransmitter.
-        on_red_active``)."""
+        the tick. A stream C sends stays there (what takes it back: ``_to_c``)."""
         if not self._running:
             return
         try:
@@ -348,7 +346,8 @@ class BatchStream:
         owner's first went), ``sent_from_c`` does the rest of ``_emit`` for the frames sent
         (the store's refs, the owners told, the counters) and feeds more. Taken back
         (``_from_c``) for a reader of its counters (``settle``), RED turning active
-        (``Retransmitter.on_red_active``), a path that changed (checked every 100 ms:
+        (``Retransmitter.on_red_active``), another pair nominated (``aiortc_compat.
+        NominatedPairs``), a transport or socket closed (checked every second:
         ``in_c.HeldInC.check_some``), and ``stop``; its sender reports leave it in C. Only a
         plain stream: compiled, no DTX, RED not active, no test loss. True: the tick chain
         stops here."""
@@ -362,7 +361,7 @@ class BatchStream:
         handle = next_handle()
         in_c = compiled.park(  # type: ignore[attr-defined]
             times, slot, self._seq, self._ts_origin, self._header.second_byte,
-            self.store.ring, self.silence, handle,
+            self.store.ring, self.silence, handle, WeakMethod(self.back_to_tick),
         )
         if in_c is None:
             return False

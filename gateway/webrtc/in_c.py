@@ -23,7 +23,12 @@ from gateway.rtp.header import send_stamp
 
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
 EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
-CHECK_EVERY_TICKS = 40  # a stream held in C has its path checked every 40 ticks (100 ms)
+# A stream held in C has its path (transport connected, socket open, the same nominated pair)
+# checked every 400 ticks (1 s): a backstop -- another pair nominated takes it back at once
+# (aiortc_compat.NominatedPairs), and a closed transport or socket is its session's close.
+# Each check is a few cache misses on the stream's aiortc objects: every 100 ms, it was 7 % of
+# the loop at 1,000 streams (docs/density.md, "Speech fed ahead").
+CHECK_EVERY_TICKS = 400
 
 
 class Held(Protocol):
@@ -104,8 +109,8 @@ class HeldInC:
 
     def check_some(self) -> None:
         """Check the path of a share of the streams C holds, so each is checked every
-        ``CHECK_EVERY_TICKS`` ticks (100 ms): one whose transport closed, socket closed or
-        nominated pair moved (an ICE restart) goes back to the tick, whose sends handle it."""
+        ``CHECK_EVERY_TICKS`` ticks (1 s): one whose transport closed, socket closed or
+        nominated pair moved goes back to the tick, whose sends handle it."""
         checks, streams = self.checks, self.streams
         for _ in range(min(len(checks), -(-len(streams) // CHECK_EVERY_TICKS))):
             handle = checks.popleft()
