@@ -118,14 +118,14 @@ def test_nominated_pairs_tell_a_change_once():
     told = []
 
     class Stream:
-        def moved(self) -> None:
+        def path_moved(self) -> None:
             told.append(1)
 
     import weakref
 
     stream = Stream()
     pairs = aiortc_compat.NominatedPairs({1: "a"})
-    pairs.moved = weakref.WeakMethod(stream.moved)
+    pairs.moved = weakref.ref(stream)
     pairs[1] = "a"  # the same pair again: nothing moved
     assert told == []
     pairs[1] = "b"

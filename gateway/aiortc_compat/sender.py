@@ -6,7 +6,7 @@ from __future__ import annotations
 import dis
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Protocol
 
 import aioice.candidate
 import aioice.ice
@@ -52,19 +52,25 @@ def note_rtp_sent(
 
 
 
+class PathWatcher(Protocol):
+    """Told when its connection's nominated pair changes (``NominatedPairs``)."""
+
+    def path_moved(self) -> None: ...
+
+
 class NominatedPairs(dict[int, Any]):
     """aioice's nominated pairs (``Connection._nominated``, put in its place by
-    ``watched_nominated``) that tell ``moved`` -- a weak reference to a callback, set while a
-    stream C sends is on this connection -- when they change: another pair nominated (an ICE
-    restart), or all dropped. aioice only sets items of it and clears it (``check_internals``
-    verifies that it never assigns another dict), so a stream sent from C goes back to the tick
-    the moment its pair moves, with no per-stream polling."""
+    ``watched_nominated``) that tell ``moved`` -- a weak reference to a ``PathWatcher``, set
+    while a stream C sends is on this connection -- when they change: another pair nominated
+    (an ICE restart), or all dropped. aioice only sets items of it and clears it
+    (``check_internals`` verifies that it never assigns another dict), so a stream sent from C
+    goes back to the tick the moment its pair moves, with no per-stream polling."""
 
     __slots__ = ("moved",)
 
     def __init__(self, pairs: dict[int, Any]) -> None:
         super().__init__(pairs)
-        self.moved: Callable[[], Callable[[], None] | None] | None = None
+        self.moved: Callable[[], PathWatcher | None] | None = None
 
     def __setitem__(self, component: int, pair: Any) -> None:
         changed = self.get(component) is not pair
@@ -78,9 +84,9 @@ class NominatedPairs(dict[int, Any]):
 
     def _tell(self) -> None:
         moved = self.moved
-        callback = None if moved is None else moved()
-        if callback is not None:
-            callback()
+        watcher = None if moved is None else moved()
+        if watcher is not None:
+            watcher.path_moved()
 
 
 def _nominated_problems() -> list[str]:
@@ -289,11 +295,11 @@ def compiled_rtp_sender(
 
     def park(times: tuple[float, float, float, float, float], slot: int, seq: int,
              ts_origin: int, b1: int, ring: Any, silence: bytes, handle: int,
-             moved: Callable[[], Callable[[], None] | None] | None = None) -> Any:
+             moved: Callable[[], PathWatcher | None] | None = None) -> Any:
         """Hand the stream's keep-alive silence to C (``CompiledBatch.park``) while the path
         is as ``send`` would find it; the batch it is parked on, or None (not parked).
-        ``moved``: called (a weak reference to the callback) when another pair is nominated
-        while it is parked."""
+        ``moved``: a weak reference to what is told (``path_moved``) when another pair is
+        nominated while it is parked."""
         if transport._state is not connected or endpoint.closing:
             return None
         if nominated.get(1) is not pair:

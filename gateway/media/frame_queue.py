@@ -39,8 +39,9 @@ from gateway.runtime.lazy_event import LazyEvent
 
 
 class FrameQueue:
-    __slots__ = ("_held", "_on_space", "_payloads", "_reader", "_runs", "_space", "high_water",
-                 "low_water", "maxsize", "on_take_back", "on_wake", "producer_waits")
+    __slots__ = ("_held", "_on_space", "_payloads", "_reader", "_runs", "_space", "ahead",
+                 "high_water", "low_water", "maxsize", "on_take_back", "on_wake",
+                 "producer_waits")
 
     def __init__(self, maxsize: int = 50, low_water: int | None = None) -> None:
         if maxsize <= 0:
@@ -59,6 +60,10 @@ class FrameQueue:
         self._on_space: Callable[[], None] | None = None
         self._reader: asyncio.Future[None] | None = None  # a consumer waiting in wait_ready
         self._held = False
+        #: frames a consumer took ahead of their slot and has not sent yet (the compiled
+        #: path's fed frames: webrtc/fed_frames.py): still counted against ``maxsize``, so
+        #: synthesis stays at most ``maxsize`` frames ahead of what went out
+        self.ahead = 0
         self.high_water = 0
         self.producer_waits = 0  # times a producer slept on a full queue
         #: called when a frame arrives in an empty queue (a paced consumer that may send early)
@@ -121,7 +126,7 @@ class FrameQueue:
         phrase (``start`` instead of a slice)."""
         done = start
         while done < len(payloads):
-            while len(self._payloads) >= self.maxsize:
+            while len(self._payloads) + self.ahead >= self.maxsize:
                 self._space.clear()
                 self.producer_waits += 1
                 await self._space.wait()
@@ -172,7 +177,7 @@ class FrameQueue:
     ) -> int:
         """Append from ``payloads[done]`` on; frame ``payloads[k]`` gets index
         ``index_base + k``."""
-        room = min(self.maxsize - len(self._payloads), len(payloads) - done)
+        room = min(self.maxsize - len(self._payloads) - self.ahead, len(payloads) - done)
         if room <= 0:
             return 0
         was_empty = not self._payloads
@@ -217,7 +222,7 @@ class FrameQueue:
             run[1] = index + 1
             run[2] -= 1
         payload = payloads.pop(0)
-        if len(payloads) <= self.low_water and not self._space.is_set():
+        if len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
         return payload, owner, index
 
@@ -250,9 +255,15 @@ class FrameQueue:
             run[2] = left - count
         out = payloads[:count]
         del payloads[:count]
-        if len(payloads) <= self.low_water and not self._space.is_set():
+        if len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
         return out, owner, first
+
+    def sent_ahead(self, count: int) -> None:
+        """``count`` of the frames taken ahead (``ahead``) went out: room for the producer."""
+        self.ahead -= count
+        if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
+            self._drained()
 
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""

@@ -29,6 +29,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from gateway.media.frames import EncodedFrame, FrameOwner
 from gateway.rtp import red as rfc2198
@@ -45,6 +46,12 @@ EMPTY = 0xFFFFFFFF  # a ring slot that holds no packet (a packet's word is seq |
 # ``gw_run_parked``), which cannot write the refs list: the payload is ``silence``, no owner.
 PARKED_SILENCE = 0xFF
 NEWEST, RECORDED = RING * 4, RING * 4 + 1  # ``_meta``'s words after the ring
+
+
+class Recorder(Protocol):
+    """What records into a store some packets after they went (``FrameStore.before_read``)."""
+
+    def record_from_c(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -82,9 +89,9 @@ class FrameStore:
         self.red_opus_pt = 0  # the RED blocks' payload type (Opus), for RED_REBUILT
         self.silence = b""  # the keep-alive silence packet (PARKED_SILENCE entries)
         #: a stream sent from C records the speech frames C sent some packets later (their
-        #: ring fields are C's at once, their refs not yet): while it does, this gives its
-        #: recorder (a ``WeakMethod``), called before the refs are read
-        self.before_read: Callable[[], Callable[[], None] | None] | None = None
+        #: ring fields are C's at once, their refs not yet): while it does, a weak reference
+        #: to it, whose ``record_from_c`` is called before the refs are read
+        self.before_read: Callable[[], Recorder | None] | None = None
 
     def record_sent(
         self,
@@ -153,9 +160,9 @@ class FrameStore:
 
     def _before_read(self) -> None:
         hook = self.before_read
-        record = None if hook is None else hook()
-        if record is not None:
-            record()
+        recorder = None if hook is None else hook()
+        if recorder is not None:
+            recorder.record_from_c()
 
     def lookup(self, seq: int) -> StoredPacket | None:
         """The stored packet for ``seq`` if it is within the window, else None."""

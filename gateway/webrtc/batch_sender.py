@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable
 from functools import partial
 from typing import Any
-from weakref import ReferenceType, WeakMethod, ref
+from weakref import ReferenceType, ref
 
 from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
@@ -361,15 +361,16 @@ class BatchStream:
         handle = next_handle()
         in_c = compiled.park(  # type: ignore[attr-defined]
             times, slot, self._seq, self._ts_origin, self._header.second_byte,
-            self.store.ring, self.silence, handle, WeakMethod(self.back_to_tick),
+            self.store.ring, self.silence, handle, ref(self),
         )
         if in_c is None:
             return False
         self._in_c, self._handle = in_c, handle
         if self._fed is None:
             self._fed = FedFrames()
-        # (weakly: the store would otherwise keep the stream, a cycle, until it leaves C)
-        self.store.before_read = WeakMethod(self._record_from_c)
+        # (weakly: the store would otherwise keep the stream, a cycle, until it leaves C; one
+        # plain weak reference an object, which CPython shares between its takers)
+        self.store.before_read = ref(self)
         self.handovers += 1
         held_in_c(ticker).add(handle, self, in_c)
         self._feed()
@@ -386,14 +387,19 @@ class BatchStream:
     def sent_from_c(self, now: float) -> None:
         """C asks for the stream (its fed frames low, or a new owner's first sent): the frames
         it sent recorded (``_emit``'s part after the send), and more fed."""
-        self._record_from_c(now)
+        self.record_from_c(now)
         red = self.sink.red
         if red is not None and red.active(now):
             self.back_to_tick()  # RED from here on: each packet through ``wrap``
             return
         self._feed()
 
-    def _record_from_c(self, now: float | None = None) -> None:
+    def path_moved(self) -> None:
+        """Another pair was nominated (``aiortc_compat.NominatedPairs``): back to the tick,
+        whose sends take the new path."""
+        self.back_to_tick()
+
+    def record_from_c(self, now: float | None = None) -> None:
         """The fed frames C sent since the last time, recorded: the store's refs, their owners
         told, RED's history, the counters (also before the store is read: ``before_read``)."""
         in_c, fed = self._in_c, self._fed
@@ -407,7 +413,7 @@ class BatchStream:
         stats.speech_frames += count
         self._idle_slots = 0
         octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
-                                 self.store, self.sink.red)
+                                 self.queue, self.store, self.sink.red)
         stats.bytes_sent += octets
         if error is not None:  # an owner's failure: the stream carries on
             self.failed(error)
@@ -428,7 +434,7 @@ class BatchStream:
         in_c, fed = self._in_c, self._fed
         if in_c is None or fed is None or not fed.count:
             return
-        self._record_from_c()
+        self.record_from_c()
         self._compiled.unfeed(in_c)  # type: ignore[union-attr]
         fed.take_back(self.queue)
 

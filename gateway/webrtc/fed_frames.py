@@ -53,6 +53,7 @@ class FedFrames:
             if taken > 0:
                 self.runs.append([buf, payloads, owner, first, 0])
                 self.count += taken
+                queue.ahead += taken  # (still counted against the queue's bound)
                 self.last_owner = owner
             if taken < len(payloads):
                 for k in range(len(payloads) - 1, max(taken, 0) - 1, -1):
@@ -62,14 +63,15 @@ class FedFrames:
                 return False
         return True
 
-    def sent(self, count: int, seq: int, now: float, store: FrameStore,
+    def sent(self, count: int, seq: int, now: float, queue: FrameQueue, store: FrameStore,
              red: RedSender | None) -> tuple[int, Exception | None]:
         """C sent the oldest ``count`` of them as ``seq`` on (consecutive: no silence goes while
         a frame is fed): their refs recorded in the store (C wrote the ring's fields), RED's
-        history, each owner told once for its part (``on_frames_sent`` at ``now``). Returns
-        their payload octets and the first owner's failure, if any (all are recorded
-        whatever an owner does)."""
+        history, each owner told once for its part (``on_frames_sent`` at ``now``), room made
+        in ``queue`` (``FrameQueue.sent_ahead``). Returns their payload octets and the first
+        owner's failure, if any (all are recorded whatever an owner does)."""
         self.count -= count
+        queue.sent_ahead(count)
         runs = self.runs
         octets = 0
         error: Exception | None = None
@@ -109,4 +111,5 @@ class FedFrames:
                 back += 1
         self.runs.clear()
         self.count = 0
+        queue.ahead -= back
         return back
