@@ -71,6 +71,7 @@ class PlayoutClock:
         self._generation = 0  # bumped by stop(): callbacks of an older one do nothing
         self._running = False
         self._hop: asyncio.Handle | None = None
+        self._tick = self._callback()
         self.stats = PlayoutClockStats()
 
     @property
@@ -92,9 +93,16 @@ class PlayoutClock:
         self._next_at = first_at
         self._arm()
 
+    def _callback(self) -> Callable[[], None]:
+        """The ticker's callback for every period of this generation (one closure per start,
+        not one per period)."""
+        generation = self._generation
+        return lambda: self._on_tick(generation)
+
     def stop(self) -> None:
         self._running = False
         self._generation += 1
+        self._tick = self._callback()  # (a pending old one finds its generation gone)
         if self._hop is not None:
             self._hop.cancel()
             self._hop = None
@@ -110,9 +118,8 @@ class PlayoutClock:
         tick = ticker.tick_at_or_after(self._next_at)
         if ticker.time_of(tick) > self._next_at + EPSILON:
             tick -= 1  # the grid tick at or before the due time: never start a period late
-        generation = self._generation
         # after the tick's packets left: a period (decode, VAD) must not hold back the sends
-        ticker.call_after_sends(ticker.time_of(tick), lambda: self._on_tick(generation))
+        ticker.call_after_sends(ticker.time_of(tick), self._tick)
 
     def _on_tick(self, generation: int) -> None:
         if generation != self._generation:
