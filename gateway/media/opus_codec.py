@@ -8,7 +8,6 @@ coded bandwidth (RFC 7587 §4.1), so a 20 ms frame advances the RTP timestamp by
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from dataclasses import dataclass
 from functools import cache
@@ -16,6 +15,7 @@ from functools import cache
 import numpy as np
 
 from gateway.media.opus_lib import opuslib
+from gateway.media.pcm_c import OpusCall
 
 SAMPLE_RATE = 24_000
 CHANNELS = 1
@@ -86,25 +86,28 @@ class OpusFrameEncoder:
 class OpusFrameDecoder:
     """Decodes 24 kHz mono Opus packets to int16 PCM, with PLC and in-band FEC recovery.
 
-    libopus is called directly into one buffer per decoder, kept for its life: opuslib's
-    ``Decoder.decode`` allocates a zeroed 120 ms ctypes buffer per call and copies the samples
-    out through a list of Python ints (about 30 µs for a 20 ms packet, ten times libopus's own
-    work on a quiet one). Same decoder state (opuslib's), same calls, same samples.
+    libopus is called directly into one buffer per decoder, kept for its life
+    (``pcm_c.OpusCall``: from C where built, else ctypes): opuslib's ``Decoder.decode``
+    allocates a zeroed 120 ms ctypes buffer per call and copies the samples out through a
+    list of Python ints (about 30 µs for a 20 ms packet, ten times libopus's own work on a
+    quiet one). Same decoder state (opuslib's), same calls, same samples. ``peak``: the last
+    decode's ``max |sample|`` (-1: not measured, the Python path).
     """
 
     def __init__(self) -> None:
         self._dec = opuslib.Decoder(SAMPLE_RATE, CHANNELS)
-        self._state = self._dec.decoder_state
-        self._buffer = (ctypes.c_int16 * MAX_DECODE_SAMPLES)()
-        self._pointer = ctypes.cast(self._buffer, opuslib.api.c_int16_pointer)
-        self._samples = np.frombuffer(self._buffer, dtype=np.int16)  # a view of the buffer
-        self._opus_decode = opuslib.api.decoder.libopus_decode
+        self._samples = np.zeros(MAX_DECODE_SAMPLES, dtype=np.int16)  # libopus writes here
+        self._call = OpusCall(opuslib.api.decoder.libopus_decode, self._dec.decoder_state,
+                              self._samples)
+
+    @property
+    def peak(self) -> int:
+        return self._call.peak
 
     def _run(self, packet: bytes | None, samples: int, fec: int) -> np.ndarray:
         if not 0 < samples <= MAX_DECODE_SAMPLES:  # (the buffer's size: libopus writes there)
             raise ValueError(f"1..{MAX_DECODE_SAMPLES} samples per decode, not {samples}")
-        got = self._opus_decode(self._state, packet, len(packet) if packet else 0,
-                                self._pointer, samples, fec)
+        got = self._call.decode(packet, samples, fec)
         if got < 0:
             raise opuslib.OpusError(got)
         return self._samples[:got].copy()

@@ -92,6 +92,8 @@ class LevelKeeper:
         return item
 
     def _note(self, item: Decoded) -> Decoded:
-        self._last_quiet = item.kind is FrameKind.FRAME and is_quiet(item.pcm)
+        peak = item.peak  # (measured as it was decoded, in C: no numpy call here)
+        self._last_quiet = item.kind is FrameKind.FRAME and (
+            peak <= _QUIET_PEAK if peak >= 0 else is_quiet(item.pcm))
         self.quiet_run = self.quiet_run + 1 if self._last_quiet else 0
         return item

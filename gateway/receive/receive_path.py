@@ -279,7 +279,8 @@ class ReceivePath:
         result = self.jitter.pop(now)
         kind, pcm = self.decoder.decode(result, want)
         payload = result.payload if result.kind is PopKind.FRAME else None
-        return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap)
+        peak = self.decoder.peak if kind is FrameKind.FRAME else -1
+        return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap, peak)
 
     def _account(self, period: Period, now: float) -> None:
         st = self._stats
