@@ -247,6 +247,8 @@ class Duplex:
             return
         at = time.monotonic() if at is None else at
         pcm = self._resampler.push(pcm24k)
+        if not pcm.size:  # (libsoxr hands out blocks: every other 20 ms brings none)
+            return
         if self._pending.size:
             pcm = np.concatenate((self._pending, pcm))
         cut = pcm.size - pcm.size % ASR_FRAME
