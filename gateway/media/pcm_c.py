@@ -24,7 +24,6 @@ import contextlib
 import ctypes
 import hashlib
 import importlib.util
-import logging
 import os
 import tempfile
 from pathlib import Path
@@ -33,8 +32,6 @@ from typing import Any
 import numpy as np
 
 from gateway.net.sendpath import cache_dir
-
-log = logging.getLogger(__name__)
 
 _CDEF = """
 int gw_opus_decode(uintptr_t fn, void *state, const char *data, int len, int16_t *pcm,
@@ -157,6 +154,7 @@ class OpusCall:
         ``buffer``: the int16 array libopus writes into (kept by the caller)."""
         self.peak = 0
         module = kernel()
+        self._call: Any = None  # the compiled function, where built
         if module is not None:
             ffi = module.ffi
             self._call = module.lib.gw_opus_decode
@@ -165,13 +163,17 @@ class OpusCall:
             self._out = ffi.from_buffer("int16_t[]", buffer, require_writable=True)
             self._peak = ffi.new("int[1]")
             self._null = ffi.NULL
-            self.decode = self._compiled
         else:
-            self._opus_decode, self._ctypes_state, self._buffer = opus_decode, state, buffer
+            self._opus_decode, self._ctypes_state = opus_decode, state
             self._pointer = buffer.ctypes.data_as(ctypes.POINTER(ctypes.c_int16))
-            self.decode = self._python
 
-    def _compiled(self, packet: bytes | None, samples: int, fec: int) -> int:
+    def decode(self, packet: bytes | None, samples: int, fec: int) -> int:
+        if self._call is None:
+            got = int(self._opus_decode(self._ctypes_state, packet,
+                                        len(packet) if packet else 0, self._pointer, samples,
+                                        fec))
+            self.peak = -1
+            return got
         if packet is None:  # (PLC: libopus takes NULL)
             got = self._call(self._fn, self._state, self._null, 0, self._out, samples, fec,
                              self._peak)
@@ -180,12 +182,6 @@ class OpusCall:
                              fec, self._peak)
         self.peak = self._peak[0]
         return int(got)
-
-    def _python(self, packet: bytes | None, samples: int, fec: int) -> int:
-        got = int(self._opus_decode(self._ctypes_state, packet, len(packet) if packet else 0,
-                                    self._pointer, samples, fec))
-        self.peak = -1
-        return got
 
 
 def peak_of(pcm: np.ndarray) -> int:
