@@ -46,6 +46,7 @@ $(BIN)/python:
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e ".[voice,listen,speed]"
 	$(BIN)/python -m gateway.net.sendpath  # the compiled send path (no compiler: Python path)
+	$(BIN)/python -m gateway.media.pcm_c  # a talker's period helpers (the same)
 	touch $@
 
 # ... and the dev tools the tests, benches and linters use (after the Debian parts: pesq builds
@@ -53,6 +54,7 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 $(TEST_STAMP): pyproject.toml | $(BIN)/python debian
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	$(BIN)/python -m gateway.net.sendpath
+	$(BIN)/python -m gateway.media.pcm_c
 	touch $@
 
 $(CLIENTS_STAMP): tests/clients/requirements.txt

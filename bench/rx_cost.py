@@ -13,7 +13,8 @@ fast path on, off, off, on, ... -- toggled on the same sessions (``receive_rtp_d
 CPU (``time.thread_time`` read on the loop), the datagrams the uplinks received, hence µs of
 loop CPU per received datagram and % of a core per talker. On a gateway without the fast path
 (main before issue 28's receive lever) every window is aiortc's: the same bench copied there
-measures the base.
+measures the base. ``RX_COST_PROFILE=1`` prints a cProfile of each window (slower);
+``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to ``PREFIX.<mode>.<ns>``.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
         import pstats
 
         profile.disable()
+        if out := os.environ.get("RX_COST_PROFILE_OUT"):  # the raw stats too, for pstats
+            profile.dump_stats(f"{out}.{mode}.{time.time_ns()}")
         print(f"--- profile of a {mode} window (tottime)")
         pstats.Stats(profile).sort_stats("tottime").print_stats(45)
     cpu, proc, n, wall = (time.thread_time() - cpu0, time.process_time() - proc0,

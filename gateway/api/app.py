@@ -32,6 +32,7 @@ from gateway.channels.registry import ChannelRegistry
 from gateway.config import GatewayConfig
 from gateway.conversation.duplex import DuplexFactory
 from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
+from gateway.media import pcm_c
 from gateway.net.udp_mux import MuxGroup
 from gateway.realtime import routes as realtime
 from gateway.realtime.keys import EphemeralKeys
@@ -84,6 +85,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
     duplex = None
     if config.duplex:
         duplex = DuplexFactory(config.hearing_options(), app[VOICES].get(config.reply_voice))
+        pcm_c.load()  # a talker's period helpers in C, built here if missing (not per request)
     udp_mux = None
     if config.udp_mux:
         compiled, reason = aiortc_compat.resolve_send_path(config.send_path)

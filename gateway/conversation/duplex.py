@@ -62,6 +62,7 @@ from gateway.listen.turns import (
     SpeechStopped,
     TurnOptions,
 )
+from gateway.media.pcm_c import sum_squares
 from gateway.media.resample import Resampler
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.runtime.defaults import default_of
@@ -246,6 +247,8 @@ class Duplex:
             return
         at = time.monotonic() if at is None else at
         pcm = self._resampler.push(pcm24k)
+        if not pcm.size:  # (libsoxr hands out blocks: every other 20 ms brings none)
+            return
         if self._pending.size:
             pcm = np.concatenate((self._pending, pcm))
         cut = pcm.size - pcm.size % ASR_FRAME
@@ -255,7 +258,9 @@ class Duplex:
             self._clock(self.frames_heard * ASR_FRAME / ASR_RATE, at)
             frame = pcm[start : start + ASR_FRAME]
             if self._pausing:
-                power = float(np.mean(np.square(frame, dtype=np.float64))) / 32768.0 ** 2
+                # the mean square from the exact sum of squares (media/pcm_c.py: in C where
+                # built): the value ``np.mean(np.square(frame, dtype=np.float64))`` gives
+                power = sum_squares(frame) / ASR_FRAME / 32768.0 ** 2
                 self._level_dbfs = 10.0 * np.log10(power + 1e-12)
             for event in self.listener.push(frame):
                 if isinstance(event, SpeechStarted) and self.speaking:

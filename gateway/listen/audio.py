@@ -12,8 +12,13 @@ FRAME_MS = 20
 FRAME_SAMPLES = RATE * FRAME_MS // 1000  # 320
 
 
+INT16 = np.dtype(np.int16)  # (a singleton: ``array.dtype is INT16`` is the quick test)
+
+
 def as_int16(pcm: np.ndarray | bytes) -> np.ndarray:
     """int16 samples from int16 bytes/arrays or float arrays in [-1, 1]."""
+    if type(pcm) is np.ndarray and pcm.dtype is INT16:  # the frames' case, every 20 ms
+        return pcm
     if isinstance(pcm, bytes | bytearray | memoryview):
         return np.frombuffer(pcm, dtype="<i2")
     array = np.asarray(pcm)
@@ -26,6 +31,8 @@ def as_int16(pcm: np.ndarray | bytes) -> np.ndarray:
 
 def as_float32(pcm: np.ndarray | bytes) -> np.ndarray:
     """float32 samples in [-1, 1) (what Whisper and Silero take)."""
+    if type(pcm) is np.ndarray and pcm.dtype is INT16:  # the frames' case, every 20 ms
+        return pcm.astype(np.float32) / 32768.0
     array = pcm if isinstance(pcm, np.ndarray) else as_int16(pcm)
     if np.issubdtype(array.dtype, np.floating):
         return array.astype(np.float32, copy=False)

@@ -31,12 +31,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from gateway.listen.audio import FRAME_SAMPLES, RATE, as_float32, as_int16
+from gateway.listen.audio import FRAME_SAMPLES, INT16, RATE, as_float32, as_int16
+from gateway.media.pcm_c import sum_squares
 
 SILERO_WINDOW = 512
 SILERO_CONTEXT = 64
 DEFAULT_GATE_DBFS = -60.0
 GATE_AFTER_FRAMES = 20  # quiet frames the model still sees before the gate closes (400 ms)
+_GATE_MARGIN = 1e-4  # relative: nearer the gate than this, the float32 dot decides
 
 
 @runtime_checkable
@@ -102,22 +104,39 @@ class SileroVad:
         self._quiet_run = 0
 
     def probability(self, frame: np.ndarray) -> float:
-        samples = as_float32(frame)
-        if len(samples) and float(np.dot(samples, samples)) < self._gate * len(samples):
+        if len(frame) and self._below_gate(frame):
             self._quiet_run += 1
             if self._quiet_run > GATE_AFTER_FRAMES:
                 self.gated += 1
-                self._pending = self._pending[:0]  # the next window starts with new audio
+                if len(self._pending):
+                    self._pending = self._pending[:0]  # the next window starts with new audio
                 self._last = 0.0
                 return 0.0
         else:
             self._quiet_run = 0
+        samples = as_float32(frame)
         self._pending = np.concatenate([self._pending, samples])
         while len(self._pending) >= SILERO_WINDOW:
             window = self._pending[:SILERO_WINDOW]
             self._pending = self._pending[SILERO_WINDOW:]
             self._last = self._run(window)
         return self._last
+
+    def _below_gate(self, frame: np.ndarray) -> bool:
+        """The gate's test, ``float(np.dot(s, s)) < gate * n`` on the float32 samples ``s``
+        (what it has always been), decided from the exact int16 sum of squares (no numpy
+        call where media/pcm_c.py is built) unless that is within ``_GATE_MARGIN`` of the
+        gate: the float32 dot's rounding (relative 2e-5 at most for 320 samples) cannot
+        change the answer further out. Near the gate, and for float frames, the float32 dot."""
+        if type(frame) is np.ndarray and frame.dtype is INT16:
+            limit = self._gate * len(frame)
+            level = sum_squares(frame) / 32768.0 ** 2
+            if level < limit * (1.0 - _GATE_MARGIN):
+                return True
+            if level > limit * (1.0 + _GATE_MARGIN):
+                return False
+        samples = as_float32(frame)
+        return float(np.dot(samples, samples)) < self._gate * len(samples)
 
     def _run(self, window: np.ndarray) -> float:
         batch = np.concatenate([self._context, window])[np.newaxis, :]

@@ -92,11 +92,12 @@ class Ticker:
         if items is not None:
             items.append(item)
             return
-        new = all(tick not in other for other in self._tables)
+        new = tick not in self._buckets and tick not in self._calls and tick not in self._later
         table[tick] = [item]
         if new:
             heapq.heappush(self._heap, tick)
-            if self._armed is None or tick < self._armed[0]:
+            # (inside ``_fire`` the timer is armed once, at its end, for the heap's earliest)
+            if not self.firing and (self._armed is None or tick < self._armed[0]):
                 self._arm(tick)
 
     def after_each_tick(self, hook: Callable[[], None]) -> None:
@@ -126,21 +127,23 @@ class Ticker:
         now = self._clock()
         heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
         deferred: list[Callable[[], None]] = []
-        while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
-            tick = heapq.heappop(heap)
-            # out of every table before anything runs: a callback may add to this tick again
-            waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())
-            deferred.extend(later.pop(tick, ()))
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-                    self.released += 1
-            self._run(due)
-        self._run(self._hooks, released=False, failed="end-of-tick hook failed")
-        self._run(deferred)
-        self.tick_stamp, self.firing = None, False
-        if heap:
-            self._arm(heap[0])
+        try:
+            while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
+                tick = heapq.heappop(heap)
+                # out of every table before anything runs: a callback may add to this tick
+                waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())
+                deferred.extend(later.pop(tick, ()))
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                        self.released += 1
+                self._run(due)
+            self._run(self._hooks, released=False, failed="end-of-tick hook failed")
+            self._run(deferred)
+        finally:
+            self.tick_stamp, self.firing = None, False
+            if heap:  # the one timer for what the callbacks added, and what waits
+                self._arm(heap[0])
 
     def _run(self, callbacks: Iterable[Callable[[], None]], released: bool = True,
              failed: str = "tick callback failed") -> None:

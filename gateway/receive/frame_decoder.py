@@ -53,6 +53,12 @@ class FrameDecoder:
         self._underrun_run = 0
         self._played_audio = False
 
+    @property
+    def peak(self) -> int:
+        """``max |sample|`` of the last ``FRAME`` returned (its one libopus call), or -1 where
+        the decoder does not measure it (the Python path): then measure the pcm."""
+        return self._decoder.peak
+
     def decode(
         self, result: PopResult, underrun_samples: int = FRAME_SAMPLES
     ) -> tuple[FrameKind, np.ndarray]:

@@ -71,6 +71,7 @@ class PlayoutClock:
         self._generation = 0  # bumped by stop(): callbacks of an older one do nothing
         self._running = False
         self._hop: asyncio.Handle | None = None
+        self._tick: Callable[[], None] | None = None  # while running (it holds the clock)
         self.stats = PlayoutClockStats()
 
     @property
@@ -90,11 +91,14 @@ class PlayoutClock:
             self._ticker = shared_ticker()
         self._running = True
         self._next_at = first_at
+        generation = self._generation  # one closure per start for every period, not one each
+        self._tick = lambda: self._on_tick(generation)
         self._arm()
 
     def stop(self) -> None:
         self._running = False
         self._generation += 1
+        self._tick = None  # (no cycle left: a pending one finds its generation gone)
         if self._hop is not None:
             self._hop.cancel()
             self._hop = None
@@ -110,9 +114,9 @@ class PlayoutClock:
         tick = ticker.tick_at_or_after(self._next_at)
         if ticker.time_of(tick) > self._next_at + EPSILON:
             tick -= 1  # the grid tick at or before the due time: never start a period late
-        generation = self._generation
         # after the tick's packets left: a period (decode, VAD) must not hold back the sends
-        ticker.call_after_sends(ticker.time_of(tick), lambda: self._on_tick(generation))
+        assert self._tick is not None  # (armed only while running)
+        ticker.call_after_sends(ticker.time_of(tick), self._tick)
 
     def _on_tick(self, generation: int) -> None:
         if generation != self._generation:

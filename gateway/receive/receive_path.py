@@ -161,14 +161,14 @@ class ReceivePath:
     def on_rtp(self, packet: object, arrival_time_ms: int = 0) -> None:
         """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire; RFC 2198 RED
         when its payload type is ``red_payload_type``."""
-        pt = int(packet.payload_type)  # type: ignore[attr-defined]
+        red_pt = self._red_pt
         self.on_packet(
             int(packet.sequence_number),  # type: ignore[attr-defined]
             int(packet.timestamp),  # type: ignore[attr-defined]
             bytes(packet.payload),  # type: ignore[attr-defined]
             int(packet.ssrc),  # type: ignore[attr-defined]
             self._now(),
-            red=self.red_payload_type is not None and pt == self.red_payload_type,
+            red=red_pt is not None and int(packet.payload_type) == red_pt,  # type: ignore[attr-defined]
         )
 
     def on_packet(
@@ -279,7 +279,8 @@ class ReceivePath:
         result = self.jitter.pop(now)
         kind, pcm = self.decoder.decode(result, want)
         payload = result.payload if result.kind is PopKind.FRAME else None
-        return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap)
+        peak = self.decoder.peak if kind is FrameKind.FRAME else -1
+        return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap, peak)
 
     def _account(self, period: Period, now: float) -> None:
         st = self._stats

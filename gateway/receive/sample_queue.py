@@ -27,6 +27,7 @@ class Decoded:
     payload: bytes | None
     pcm: np.ndarray
     ts_gap: int = 0  # RTP ticks the sender paused before it (see PopResult.ts_gap)
+    peak: int = -1  # max |sample| of a FRAME's pcm when the decoder measured it (-1: not)
 
     @property
     def is_slot(self) -> bool:

@@ -55,22 +55,29 @@ class Unwrapper:
     _last: int | None = field(default=None, init=False, repr=False)
 
     def unwrap(self, value: int) -> int:
+        # (``serial_diff`` written out: several calls per packet, per stream)
         mod = 1 << self.bits
         if not 0 <= value < mod:
             raise ValueError(f"value {value} out of range for {self.bits} bits")
-        if self._last is None:
+        last = self._last
+        if last is None:
             self._last = value
             return value
-        result = self._last + serial_diff(value, self._last % mod, self.bits)
+        half = mod >> 1
+        result = last + (value - last % mod + half) % mod - half
         # Only move forward: an old (reordered) value must not drag the reference back.
-        self._last = max(self._last, result)
+        if result > last:
+            self._last = result
         return result
 
     def peek(self, value: int) -> int:
         """What ``unwrap(value)`` would return, without updating state."""
-        if self._last is None:
+        last = self._last
+        if last is None:
             return value
-        return self._last + serial_diff(value, self._last % (1 << self.bits), self.bits)
+        mod = 1 << self.bits
+        half = mod >> 1
+        return last + (value - last % mod + half) % mod - half
 
     def reset(self) -> None:
         self._last = None

@@ -175,3 +175,28 @@ def test_gate_specs():
     for bad in ("silero:gate=x", "silero:gate=5", "silero:gate", "silero:-60"):
         with pytest.raises(ValueError, match="gate"):
             build_vad(bad)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_gates_test_from_the_exact_energy_answers_as_the_float32_dot(compiled, monkeypatch):
+    """The gate decides from the int16 frame's exact sum of squares (in C where built), and
+    from the float32 dot it always used only near the gate: the same answer for every frame,
+    those within the float32 rounding of the gate included."""
+    from gateway.media import pcm_c
+
+    if compiled and pcm_c.load() is None:
+        pytest.skip(f"PCM helpers not built: {pcm_c.failure()}")
+    monkeypatch.setattr(pcm_c, "DISABLED", not compiled)
+    vad = SileroVad()
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((4000, 320))
+    limit = vad._gate * 320
+    near = 0
+    for row, scale in zip(base, np.geomspace(20, 50, 4000), strict=True):
+        frame = np.round(row / np.sqrt(np.mean(row**2)) * scale).astype(np.int16)
+        samples = frame.astype(np.float32) / 32768.0
+        legacy = float(np.dot(samples, samples)) < limit
+        assert vad._below_gate(frame) is legacy
+        near += abs(float(np.dot(samples, samples)) / limit - 1) < 1e-4
+    assert near  # (frames the margin hands to the float32 dot were among them)
+    assert not SileroVad(gate_dbfs=None)._below_gate(np.zeros(320, dtype=np.int16))

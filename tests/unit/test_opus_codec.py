@@ -93,3 +93,35 @@ def test_one_encoder_used_from_two_threads_is_serialized():
     for t in threads:
         t.join()
     assert len(results) == 4 and all(len(r) == 200 and all(r) for r in results)
+
+
+def test_direct_decode_equals_opuslib_decode_plc_and_fec():
+    """The decoder calls libopus into its own buffer; opuslib's own decode gives the same
+    samples for packets, PLC and FEC, in the same sequence of calls."""
+    from gateway.media.opus_lib import opuslib
+
+    enc = OpusFrameEncoder(EncoderSettings(bitrate=24000, expected_loss_percent=20))
+    t = np.arange(24000) / 24000
+    pcm = (np.sin(2 * np.pi * 220 * t) * (0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)) * 9000)
+    packets = [enc.encode(pcm[i : i + 480].astype("<i2").tobytes()) for i in range(0, 24000, 480)]
+    ours, ref = OpusFrameDecoder(), opuslib.Decoder(24000, 1)
+
+    def reference(packet: bytes | None, samples: int, fec: bool) -> np.ndarray:
+        if packet is None:
+            raw = opuslib.api.decoder.decode(ref.decoder_state, None, 0, samples, False,
+                                             channels=1)
+        else:
+            raw = ref.decode(packet, samples, decode_fec=fec)
+        return np.frombuffer(raw, dtype="<i2")
+
+    for i, packet in enumerate(packets):
+        if i % 7 == 3:
+            got, want = ours.conceal(240 * (1 + i % 3)), reference(None, 240 * (1 + i % 3), False)
+        elif i % 7 == 5:
+            got, want = ours.recover_fec(packet), reference(packet, 480, True)
+        else:
+            got, want = ours.decode(packet), reference(packet, 2880, False)
+        assert got.dtype == np.int16 and got.flags.writeable
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError):
+        ours.conceal(2881)

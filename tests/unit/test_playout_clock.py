@@ -234,3 +234,30 @@ async def test_a_period_that_raises_is_counted_and_playout_goes_on(caplog):
         await path.close()
     assert path.stats.period_errors == 3 and path.stats.played >= len(packets) - 3
     assert len(caplog.records) == 1  # the first is logged, with its traceback
+
+
+def test_a_stopped_clock_and_a_decoder_are_freed_by_refcount_alone():
+    """The clock's one callback per start holds it (a cycle while it runs); stop() lets go of
+    it, so a stopped clock -- and a decoder with its C or ctypes call -- needs no GC pass."""
+    import gc
+    import weakref
+
+    from gateway.media.opus_codec import OpusFrameDecoder
+
+    ticker = FakeTicker()
+    played: list[float] = []
+    clock = clock_with(ticker, played.append)
+    clock.start(0.0)
+    ticker.advance(0.1)
+    assert len(played) == 6
+    clock.stop()
+    ticker.advance(0.2)  # the pending callback finds its generation gone
+    assert len(played) == 6
+    decoder = OpusFrameDecoder()
+    refs = [weakref.ref(clock), weakref.ref(decoder)]
+    gc.disable()
+    try:
+        del clock, decoder
+        assert [ref() for ref in refs] == [None, None]
+    finally:
+        gc.enable()
