@@ -11,7 +11,7 @@ int16 samples 2.5 µs hot, 11 µs with the caches flushed). Here:
 - ``sum_squares``: the exact sum of an int16 frame's squares (int64).
 
 The C is built with cffi's API mode next to the compiled send path
-(``net/sendpath.cache_dir``), by ``python -m gateway.media.pcm_c`` (``make install``) or the
+(``net/cffi_build.cache_dir``), by ``python -m gateway.media.pcm_c`` (``make install``) or the
 gateway's start (``load()``); never at request time: ``kernel()`` only imports what is built.
 libopus is not linked: the address of the ``opus_decode`` opuslib loaded is handed over, so
 any libopus the gateway runs with works. Without a compiler (or with ``DISABLED``) every
@@ -23,15 +23,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import importlib.util
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from gateway.net.sendpath import cache_dir
+from gateway.net.cffi_build import compile_module, import_built
 
 _CDEF = """
 int gw_opus_decode(uintptr_t fn, void *state, const char *data, int len, int16_t *pcm,
@@ -74,32 +71,13 @@ _failure: str | None = None
 
 
 def _import() -> Any:
-    for path in cache_dir().glob(f"{MODULE}*.so"):
-        spec = importlib.util.spec_from_file_location(MODULE, path)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return None
+    return import_built(MODULE)
 
 
 def build() -> Path:
     """Compile the helpers into ``cache_dir()``; returns the .so path (raises without a
     compiler, cffi or Python's headers)."""
-    import cffi
-
-    target = cache_dir()
-    target.mkdir(parents=True, exist_ok=True)
-    ffi = cffi.FFI()
-    ffi.cdef(_CDEF)
-    ffi.set_source(MODULE, _SOURCE, extra_compile_args=["-O2"])
-    with tempfile.TemporaryDirectory(dir=target) as tmp:
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            built = Path(ffi.compile(tmpdir=tmp))
-        final = target / built.name
-        os.replace(built, final)  # atomic, as the send path's
-    return final
+    return compile_module(MODULE, _CDEF, _SOURCE)
 
 
 def load(build_if_missing: bool = True) -> Any:

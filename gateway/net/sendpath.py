@@ -24,17 +24,15 @@ Without a compiler the build fails once, is logged, and the Python path is used
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.util
 import itertools
 import logging
-import os
 import sys
-import tempfile
 from array import array
 from pathlib import Path
 from typing import Any
+
+from gateway.net.cffi_build import cache_dir, compile_module, import_built
 
 log = logging.getLogger(__name__)
 
@@ -487,43 +485,14 @@ _failure: str | None = None
 DISABLED = False  # tests: simulate a machine where the extension cannot be built or loaded
 
 
-def cache_dir() -> Path:
-    """Where the built extension lives: inside the venv (``sys.prefix``), or
-    ``$GATEWAY_SENDPATH_DIR`` when set."""
-    override = os.environ.get("GATEWAY_SENDPATH_DIR")
-    if override:
-        return Path(override)
-    return Path(sys.prefix) / "share" / "voice-gateway" / "sendpath"
-
-
 def _import_from(directory: Path) -> Any:
-    for path in directory.glob(f"{MODULE}*.so"):
-        spec = importlib.util.spec_from_file_location(MODULE, path)
-        if spec is None or spec.loader is None:
-            continue
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    return None
+    return import_built(MODULE, directory)
 
 
 def build(directory: Path | None = None) -> Path:
     """Compile the extension into ``directory`` (default ``cache_dir()``); returns the .so path.
     Raises when there is no compiler (or cffi, or Python's headers)."""
-    import cffi  # (comes with pylibsrtp)
-
-    target = directory or cache_dir()
-    target.mkdir(parents=True, exist_ok=True)
-    ffi = cffi.FFI()
-    ffi.cdef(_CDEF)
-    ffi.set_source(MODULE, _SOURCE, extra_compile_args=["-O2"])
-    with tempfile.TemporaryDirectory(dir=target) as tmp:
-        # cffi's build prints the compiler's command lines; keep start-up logs clean
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):
-            built = Path(ffi.compile(tmpdir=tmp))
-        final = target / built.name
-        os.replace(built, final)  # atomic: a concurrent start-up sees the old file or the new
-    return final
+    return compile_module(MODULE, _CDEF, _SOURCE, directory)
 
 
 def load(build_if_missing: bool = True) -> Any:
