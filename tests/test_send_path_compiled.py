@@ -262,7 +262,7 @@ async def test_fallback_when_the_extension_is_absent(start_gateway, monkeypatch)
     assert health["udp_mux"]["compiled_sent"] == 0
 
 
-@pytest.mark.parametrize("where", ["in place", "copied"])
+@pytest.mark.parametrize("where", ["in place", "copied", "not bytes"])
 def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monkeypatch):
     """``gw_run_parked``: slots released as ``PacingClock.release_due`` releases them (early
     by 0.5 ms, at most ``limit`` a run, re-anchored after a stall), each carrying the next fed
@@ -273,6 +273,9 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monk
     assert sendpath.load() is not None and sendpath._DATA_OFFSET is not None  # (CPython)
     if where == "copied":
         monkeypatch.setattr(sendpath, "_DATA_OFFSET", None)
+    # (payloads that are not exactly ``bytes`` -- no inline data at ``_DATA_OFFSET`` -- are
+    # copied, whatever the interpreter)
+    kind = bytearray if where == "not bytes" else bytes
     header = templates()[1]  # (a stream without DTX: every packet has the marker bit)
     python_session, compiled_session = session(), session()
     protect = aiortc_compat.srtp_protector(python_session)
@@ -302,7 +305,7 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monk
         buffers = []  # (the sender keeps each fed run's buffer until its frames are taken)
         for now, fed in runs:
             if fed:
-                taken, buf = batch.feed_run(stream, list(fed), 77, True)
+                taken, buf = batch.feed_run(stream, [kind(f) for f in fed], 77, True)
                 assert taken == len(fed)
                 buffers.append(buf)
             staged, due, consumed = batch.run_parked(now, 5, ast, 0.0005, 5)

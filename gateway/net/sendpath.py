@@ -663,11 +663,12 @@ class CompiledBatch:
         due slot of its own, in order, before any silence: (how many C took -- all, or fewer
         when its ring is full or a frame is longer than ``FEED_MAX`` --, what else the caller
         keeps alive with ``payloads`` until they are taken or taken back). C reads each frame
-        where it lies, in its ``bytes`` (``_DATA_OFFSET``); where that cannot be relied on,
-        from a copy of them end to end, the second item. ``report``: its handle is listed by
+        where it lies, in its ``bytes`` (``_DATA_OFFSET``); where that cannot be relied on
+        (not CPython, or a payload that is not exactly ``bytes``), from a copy of them end to
+        end, the second item. ``report``: its handle is listed by
         ``run_parked`` when the first is sent. -1 taken: not parked."""
         lens = [len(p) for p in payloads]
-        if _DATA_OFFSET is not None:
+        if _DATA_OFFSET is not None and all(type(p) is bytes for p in payloads):
             offset = _DATA_OFFSET
             buf = None
             ptrs = [id(p) + offset for p in payloads]
