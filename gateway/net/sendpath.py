@@ -616,7 +616,7 @@ class CompiledBatch:
         # resized -- a ring never is --, and the silence's bytes; no cdata kept per stream)
         ffi = self._ffi
         meta = ffi.cast("unsigned int *", ring.buffer_info()[0])
-        if _DATA_OFFSET is not None:
+        if _DATA_OFFSET is not None and type(silence) is bytes:
             pinned: tuple[Any, ...] = (ring, silence)
             data = ffi.cast("const unsigned char *", id(silence) + _DATA_OFFSET)
         else:
