@@ -125,21 +125,11 @@ class FrameStore:
         if owner is not None:
             owner.on_frame_sent(index, seq, timestamp, self._clock() if at is None else at)
 
-    def record_refs(self, seq: int, payload: bytes, owner: FrameOwner | None, index: int,
-                    timestamp: int, at: float) -> None:
-        """``record_sent``'s half for a packet the compiled path sent from C, which wrote its
-        fields in the ring already (``_meta``; as sent: PLAIN): its payload and owner, and
-        the owner told."""
-        j = (seq & (RING - 1)) << 1
-        refs = self._refs
-        refs[j] = payload
-        refs[j + 1] = owner
-        if owner is not None:
-            owner.on_frame_sent(index, seq, timestamp, at)
-
     def record_run(self, seq: int, payloads: list[bytes], owner: FrameOwner | None) -> int:
-        """``record_refs`` for consecutive packets from ``seq`` (their ring fields C wrote),
-        owner not told; the first one's timestamp."""
+        """The payloads and owner of consecutive packets from ``seq`` that the compiled path
+        sent from C, which wrote their fields in the ring already (``_meta``; as sent: PLAIN):
+        ``record_sent``'s other half, the owner not told. Returns the first one's
+        timestamp."""
         j = (seq & (RING - 1)) << 1
         n = len(payloads)
         refs = self._refs
