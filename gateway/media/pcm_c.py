@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.net.cffi_build import compile_module, import_built
+from gateway.net.cffi_build import build_and_say, compile_module, import_built
 
 _CDEF = """
 int gw_opus_decode(uintptr_t fn, void *state, const char *data, int len, int16_t *pcm,
@@ -171,12 +171,7 @@ def peak_of(pcm: np.ndarray) -> int:
 
 def main() -> None:
     """Build the helpers now (``make install``; a failure leaves the Python path)."""
-    try:
-        path = build()
-    except Exception as exc:
-        print(f"PCM helpers not built ({exc}); the gateway will use the Python path")
-        return
-    print(f"PCM helpers built: {path}")
+    build_and_say(build, "PCM helpers")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +58,14 @@ def compile_module(module: str, cdef: str, source: str, directory: Path | None =
         final = target / built.name
         os.replace(built, final)  # atomic: a concurrent start-up sees the old file or the new
     return final
+
+
+def build_and_say(build: Callable[[], Path], what: str) -> None:
+    """Build an extension now (``make install``), saying where, or why not: a failure is not
+    an error (the gateway then runs the Python path)."""
+    try:
+        path = build()
+    except Exception as exc:
+        print(f"{what} not built ({exc}); the gateway will use the Python path")
+        return
+    print(f"{what} built: {path}")

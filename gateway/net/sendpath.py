@@ -32,7 +32,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from gateway.net.cffi_build import cache_dir, compile_module, import_built
+from gateway.net.cffi_build import build_and_say, cache_dir, compile_module, import_built
 
 log = logging.getLogger(__name__)
 
@@ -726,12 +726,7 @@ def main() -> None:
     """Build the extension now (``make install`` calls this; failure is not an error: the
     gateway then runs the Python path)."""
     logging.basicConfig(level=logging.INFO)
-    try:
-        path = build()
-    except Exception as exc:
-        print(f"compiled send path not built ({exc}); the gateway will use the Python path")
-        return
-    print(f"compiled send path built: {path}")
+    build_and_say(build, "compiled send path")
 
 
 if __name__ == "__main__":
