@@ -300,9 +300,7 @@ def compiled_rtp_sender(
         is as ``send`` would find it; the batch it is parked on, or None (not parked).
         ``moved``: a weak reference to what is told (``path_moved``) when another pair is
         nominated while it is parked."""
-        if transport._state is not connected or endpoint.closing:
-            return None
-        if nominated.get(1) is not pair:
+        if not still_valid():
             return None
         if not batch.park(stream, times, slot, seq, ts_origin, b1, ring, silence, handle):
             return None
@@ -315,8 +313,8 @@ def compiled_rtp_sender(
         return parked[0].unpark(stream)
 
     def still_valid() -> bool:
-        """The path ``park`` found is still the one ``send`` would use: connected, the
-        socket open, the same nominated pair (an ICE restart moves it)."""
+        """The path ``send`` last used is still the one it would use: connected, the socket
+        open, the same nominated pair (an ICE restart moves it)."""
         return (transport._state is connected and not endpoint.closing
                 and nominated.get(1) is pair)
 

@@ -68,9 +68,9 @@ class FrameQueue:
         self.producer_waits = 0  # times a producer slept on a full queue
         #: called when a frame arrives in an empty queue (a paced consumer that may send early)
         self.on_wake: Callable[[], None] | None = None
-        #: called before ``hold`` and ``clear``: a consumer that took a frame ahead of its
-        #: slot and has not sent it puts it back (``push_front``), so it is held or dropped
-        #: with the rest (the compiled path's fed frame, webrtc/batch_sender.py)
+        #: called before ``hold`` and ``clear``: a consumer that took frames ahead of their
+        #: slots and has not sent them puts them back (``push_front``), so they are held or
+        #: dropped with the rest (the compiled path's fed frames, webrtc/fed_frames.py)
         self.on_take_back: Callable[[], None] | None = None
 
     def __len__(self) -> int:
@@ -227,8 +227,8 @@ class FrameQueue:
         return payload, owner, index
 
     def push_front(self, payload: bytes, owner: FrameOwner | None, index: int) -> None:
-        """Put back the frame ``pop_fields`` returned last (taken, never sent): it is next
-        again. Wakes nobody."""
+        """Put back a frame taken (``pop_fields``, ``pop_run``) and never sent: it is next
+        again. Frames put back newest first keep their order. Wakes nobody."""
         self._payloads.insert(0, payload)
         runs = self._runs
         first = runs[0] if runs else None

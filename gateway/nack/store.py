@@ -142,7 +142,7 @@ class FrameStore:
                 i = ((seq + k) & (RING - 1)) << 1
                 refs[i] = payload
                 refs[i + 1] = owner
-        return self._meta[((seq & (RING - 1)) << 2) + 1]
+        return self.timestamp_of(seq)
 
     def timestamp_of(self, seq: int) -> int:
         """The RTP timestamp the ring holds for ``seq``'s slot."""
