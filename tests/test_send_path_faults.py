@@ -106,6 +106,8 @@ async def test_async_sends_without_a_direct_socket_are_bounded(gateway, monkeypa
 
     try:
         stream = session.webrtc.transmitter
+        await client.capture.wait_packets(1)  # (started: what follows is not overwritten)
+        stream.settle()  # back from C, if it was handed there: a relay's stream never is
         monkeypatch.setattr(batch_sender.aiortc_compat, "send_unprotected", slow_send)
         stream._direct = None  # as on a TURN relay: no plain UDP socket to send on directly
         stream._compiled = None  # (nor a shared socket's compiled batch)
