@@ -10,6 +10,13 @@
   120-byte RTP packet through pylibsrtp, and through the gateway's direct call
   (``aiortc_compat.srtp_protector``);
 - ``floor``: sendmmsg + the direct SRTP protect: what a perfect sender pays per packet;
+- ``floor_fanout`` (``--fanout N[,M]``): the floor as the gateway meets it at N streams -- N
+  destination sockets held by a drainer process pinned to another core (``--drain-core``, as
+  the load generator is) that sleeps in epoll between datagrams, so a send also wakes it; N
+  SRTP sessions with the cipher aiortc peers negotiate (``SRTP_PROFILES[0]``, AES-256-GCM);
+  packets paced as the gateway's tick grid sends them (every stream once a 20 ms, the streams
+  spread over the 8 ticks of 2.5 ms), so caches are as cold between ticks as in the gateway.
+  Split into ``sendmmsg_fanout`` and ``srtp_fanout`` (each timed around its own calls);
 - ``path_python`` / ``path_compiled``: the gateway's send step for one packet of a tick, as the
   batch path runs it -- the header patched from the stream's template, SRTP, the tick's packets
   in one ``sendmmsg`` -- in pure Python (``RtpHeaderTemplate.build``, ``srtp_protector``,
@@ -27,7 +34,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import selectors
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -118,6 +128,106 @@ def measure_send(packets: int, batch: int, use_sendmmsg: bool) -> float:
     return spent / sent * 1e6
 
 
+TICK_S = 0.0025  # the gateway's tick grid
+PHASES = 8  # ticks a 20 ms frame: each stream sends in one of them
+
+
+def drain(count: int, core: int | None) -> None:
+    """The drainer (``--drain N``): bind N UDP sockets on 127.0.0.1, print their ports as one
+    JSON line, read every datagram until stdin closes, then print how many arrived."""
+    if core is not None and core >= 0 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    selector = selectors.DefaultSelector()
+    sinks = []
+    for _ in range(count):
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
+        sink.bind(("127.0.0.1", 0))
+        sink.setblocking(False)
+        selector.register(sink, selectors.EVENT_READ)
+        sinks.append(sink)
+    selector.register(sys.stdin, selectors.EVENT_READ)
+    print(json.dumps([s.getsockname()[1] for s in sinks]), flush=True)
+    received = 0
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is sys.stdin:
+                if not sys.stdin.readline():
+                    print(json.dumps({"received": received}), flush=True)
+                    return
+                continue
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                while True:
+                    sock.recv(2048)
+                    received += 1
+            except BlockingIOError:
+                pass
+
+
+def gcm_session() -> pylibsrtp.Session:
+    """An outbound SRTP session with the profile two aiortc peers negotiate (its first)."""
+    from aiortc.rtcdtlstransport import SRTP_PROFILES
+
+    profile = SRTP_PROFILES[0]
+    size = profile.key_length + profile.salt_length
+    policy = pylibsrtp.Policy(key=bytes(range(size)), ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
+                              srtp_profile=profile.libsrtp_profile)
+    return pylibsrtp.Session(policy=policy)
+
+
+def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict[str, float]:
+    """CPU µs per packet at ``streams`` destinations, paced as the gateway's ticks send: see
+    the module's docstring. Returns the split and the share of datagrams the drainer read."""
+    cmd = [sys.executable, "-m", "bench.floor", "--drain", str(streams)]
+    if drain_core is not None:
+        cmd += ["--drain-core", str(drain_core)]
+    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    assert child.stdin is not None and child.stdout is not None
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ports = json.loads(child.stdout.readline())
+        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+        batcher = sendmmsg.BatchSocket(out.fileno())
+        names = [sendmmsg.sockaddr(("127.0.0.1", port)) for port in ports]
+        sessions = [gcm_session() for _ in ports]  # kept: a protector does not hold its own
+        protects = [aiortc_compat.srtp_protector(session) for session in sessions]
+        groups = [(protects[k::PHASES], names[k::PHASES]) for k in range(PHASES)]
+        frames = int(seconds / 0.020)
+        packets = [rtp_packet(i) for i in range(frames)]
+        srtp_s = send_s = 0.0
+        sent = 0
+        due = time.monotonic() + 0.1
+        for tick in range(frames * PHASES):
+            group_protects, group_names = groups[tick % PHASES]
+            packet = packets[tick // PHASES]
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            due += TICK_S
+            start = _cpu()
+            datagrams = [protect(packet) for protect in group_protects]
+            middle = _cpu()
+            for at in range(0, len(datagrams), sendmmsg.MAX_BATCH):
+                sent += batcher.send(datagrams[at : at + sendmmsg.MAX_BATCH],
+                                     group_names[at : at + sendmmsg.MAX_BATCH])
+            send_s += _cpu() - middle
+            srtp_s += middle - start
+        time.sleep(0.2)
+        child.stdin.close()
+        received = json.loads(child.stdout.readline())["received"]
+    finally:
+        out.close()
+        child.kill()
+        child.wait()
+    return {"sendmmsg_fanout": send_s / max(sent, 1) * 1e6,
+            "srtp_fanout": srtp_s / max(sent, 1) * 1e6,
+            "floor_fanout": (send_s + srtp_s) / max(sent, 1) * 1e6,
+            "read_share": received / max(sent, 1)}
+
+
 def _template() -> RtpHeaderTemplate:
     """A 12-byte header + a one-byte extension block with mid and abs-send-time (as negotiated
     with Chromium): 24 bytes, abs-send-time at 17."""
@@ -193,7 +303,16 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500, help="datagrams per sendmmsg call")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each; the best is kept")
     parser.add_argument("--out", default=str(RESULTS / "floor.json"))
+    parser.add_argument("--fanout", default="",
+                        help="N[,M]: also the floor at N destinations, paced as the ticks")
+    parser.add_argument("--fanout-seconds", type=float, default=4.0)
+    parser.add_argument("--drain-core", type=int, default=1,
+                        help="the drainer's core for --fanout (the load generator's; -1: any)")
+    parser.add_argument("--drain", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.drain:
+        drain(args.drain, args.drain_core)
+        return
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
     runs: dict[str, list[float]] = {"sendmmsg": [], "sendto": [], "srtp_pylibsrtp": [],
@@ -211,6 +330,14 @@ def main() -> None:
     best = {name: min(values) for name, values in runs.items() if values}
     send = best.get("sendmmsg", best["sendto"])
     best["floor"] = send + best["srtp_direct"]
+    fanout: dict[str, dict[str, float]] = {}
+    for count in sorted({int(x) for x in args.fanout.split(",") if x.strip()}):
+        if not sendmmsg.available():
+            break
+        drain_core = args.drain_core if args.drain_core >= 0 else None
+        tries = [measure_fanout(count, args.fanout_seconds, drain_core)
+                 for _ in range(args.repeat)]
+        fanout[str(count)] = min(tries, key=lambda t: t["floor_fanout"])
     ratios = {name: best[name] / best["floor"] for name in ("path_python", "path_compiled")
               if name in best}
     print(f"machine floor per RTP packet on core {args.core} (CPU µs, best of {args.repeat}; "
@@ -220,11 +347,16 @@ def main() -> None:
         shown = ", ".join(f"{v:.2f}" for v in runs.get(name, []))
         ratio = f"  (÷ floor: {ratios[name]:.2f})" if name in ratios else ""
         print(f"{name:<16} {value:>10.2f}  {shown}{ratio}")
+    for count, split in fanout.items():
+        print(f"floor_fanout at {count} destinations: {split['floor_fanout']:.2f} µs/packet "
+              f"(sendmmsg {split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f}; "
+              f"{split['read_share']:.1%} read by the drainer; best of {args.repeat})")
     print("target (issue 28): the gateway's µs/packet ÷ floor ≤ 2.0")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"core": args.core, "streams_per_call": args.streams,
                                "best_us": best, "runs_us": runs, "ratio_to_floor": ratios,
+                               "fanout_us": fanout,
                                "loadavg": os.getloadavg(), "at": time.time()}, indent=2))
     print(f"wrote {out}")
 

@@ -27,7 +27,10 @@ count against the server (they are reported: ``loadgen_hook_delay_ms``).
 ``--server paths`` compares the send paths rung by rung: ``gateway`` (``--send-path auto``: the
 compiled path where it builds) against ``gateway-python`` (``--send-path python``). ``--floor``
 measures the machine's floor (bench/floor.py) on the server's core before the ladder and prints
-every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0).
+every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0), and beside it the
+ratio to the floor at the rung's fan-out (``floor_fanout``: the same sends and SRTP calls to N
+destination sockets a drainer on the load generator's core reads, N SRTP contexts, paced as the
+tick grid sends -- what a perfect sender pays at N streams on this machine).
 
 ``--server loss`` runs the same gateway rung by rung for clean listeners and for listeners that
 drop ``--loss`` (2 %) of the RTP at random, NACK each drop at once and offer RED
@@ -52,6 +55,7 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -538,11 +542,13 @@ def print_design_table(rows: list[dict[str, Any]]) -> None:
               f"{'BROKE: ' + '; '.join(d['broken']) if d['broken'] else 'ok'}")
 
 
-def measure_floor(core: int) -> dict[str, Any] | None:
-    """bench/floor.py on the server's core, in a child process (pinned as the server is)."""
+def measure_floor(core: int, fanout: list[int], drain_core: int) -> dict[str, Any] | None:
+    """bench/floor.py on the server's core, in a child process (pinned as the server is), with
+    the floor at each of ``fanout``'s stream counts (its drainer on ``drain_core``)."""
     out = Path(tempfile.mkdtemp(prefix="bench-floor-")) / "floor.json"
     cmd = [sys.executable, "-m", "bench.floor", "--core", str(max(core, 0)), "--packets",
-           "100000", "--repeat", "2", "--out", str(out)]
+           "100000", "--repeat", "2", "--out", str(out),
+           "--fanout", ",".join(str(n) for n in fanout), "--drain-core", str(drain_core)]
     print("measuring the machine's floor on the server's core ...", flush=True)
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     print(done.stdout, end="", flush=True)
@@ -566,7 +572,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     ladder = sorted({int(x) for x in args.ladder.split(",") if x.strip()})
     kinds = {"both": SERVERS, "designs": DESIGNS, "paths": PATHS, "loss": LOSS}.get(args.server,
                                                                       (args.server,))
-    floor = measure_floor(args.server_cpu) if args.floor else None
+    floor = measure_floor(args.server_cpu, ladder, args.loadgen_cpu) if args.floor else None
     speech = not args.no_speech
     results: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     discarded: list[dict[str, Any]] = []  # broken under contention, then measured again
@@ -622,6 +628,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 results[kind].append(rung)
                 if rung["broken"]:
                     broken.add(kind)
+    # the floor again at the end: the VM drifts within a run; the ratios use both
+    floor_after = measure_floor(args.server_cpu, ladder, args.loadgen_cpu) if args.floor else None
     summary = {
         kind: {
             "max_n_held": max((r["n"] for r in rungs if not r["broken"]), default=None),
@@ -633,6 +641,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     return {
         "floor": floor,
+        "floor_after": floor_after,
         "what_speaks": {
             "gateway": what_gateway_speaks(mode, args.phrase_s) if speech else None,
             "gateway_silent_window": "the gateway's pre-encoded silence packet (no synthesis, "
@@ -752,20 +761,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        ("slot wait", "frame_queued_to_sent"))
                      if (probe.get(key) or {}).get("median") is not None]
             print(f"gateway overhead at N={rung['n']}: " + "; ".join(parts))
-    floor = data.get("floor")
-    if floor:
+    floors = [f for f in (data.get("floor"), data.get("floor_after")) if f]
+    for when, floor in zip(("before", "after"), floors, strict=False):
         best = floor["best_us"]
-        print(f"floor on core {floor['core']}: {best['floor']:.2f} µs/packet (sendmmsg "
-              f"{best.get('sendmmsg', best['sendto']):.2f} + SRTP {best['srtp_direct']:.2f}); "
-              f"send step alone: python {best.get('path_python', 0):.2f}, compiled "
-              f"{best.get('path_compiled', 0):.2f}; load average {floor['loadavg'][0]:.2f}")
-        for kind, rungs in data["results"].items():
-            for rung in rungs:
-                for phase in ("silent", "speaking"):
-                    us = (rung.get(phase) or {}).get("server_cpu_us_per_packet")
-                    if us:
-                        print(f"  {kind} N={rung['n']} {phase}: {us:.1f} µs/packet = "
-                              f"{us / best['floor']:.2f}x the floor (target ≤ 2.0)")
+        print(f"floor {when} the ladder, core {floor['core']}: {best['floor']:.2f} µs/packet "
+              f"(sendmmsg {best.get('sendmmsg', best['sendto']):.2f} + SRTP "
+              f"{best['srtp_direct']:.2f}); send step alone: python "
+              f"{best.get('path_python', 0):.2f}, compiled {best.get('path_compiled', 0):.2f}; "
+              f"load average {floor['loadavg'][0]:.2f}")
+        for count, split in (floor.get("fanout_us") or {}).items():
+            print(f"  at {count} destinations: {split['floor_fanout']:.2f} µs/packet (sendmmsg "
+                  f"{split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f})")
+    if floors:
+        print("each rung ÷ the floor, and ÷ the floor at its fan-out (the mean of the "
+              "measurements before and after; target ≤ 2.0):")
+    for kind, rungs in data["results"].items():
+        for rung in rungs:
+            for phase in ("silent", "speaking"):
+                us = (rung.get(phase) or {}).get("server_cpu_us_per_packet")
+                one = [f["best_us"]["floor"] for f in floors]
+                at_n = [f["fanout_us"][str(rung["n"])]["floor_fanout"] for f in floors
+                        if str(rung["n"]) in (f.get("fanout_us") or {})]
+                if not us or not one:
+                    continue
+                beside = (f"; {us / statistics.mean(at_n):.2f}x the floor at {rung['n']} "
+                          "destinations" if at_n else "")
+                print(f"  {kind} N={rung['n']} {phase}: {us:.1f} µs/packet = "
+                      f"{us / statistics.mean(one):.2f}x the floor{beside}")
     for kind, s in data["summary"].items():
         print(f"{kind}: held up to N={s['max_n_held']}, broke at N={s['broke_at']}; "
               f"RSS per added stream {s['rss_silent']['kb_per_stream']} KB (silent), "

@@ -1,0 +1,31 @@
+"""bench/floor.py's floor at a fan-out: real datagrams to N sockets a drainer process reads.
+
+Asserts what the machinery did (every datagram protected, sent and read; the split adds up),
+never a speed: the figures themselves belong to the bench's output.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import floor
+from gateway.net import sendmmsg
+
+
+def test_the_fanout_floor_sends_every_stream_its_packets_and_the_drainer_reads_them():
+    if not sendmmsg.available():
+        pytest.skip("no sendmmsg here: the fan-out floor is not measured")
+    split = floor.measure_fanout(24, 0.2, None)
+    assert split["read_share"] == 1.0  # 24 streams x 10 frames, each read once
+    assert split["sendmmsg_fanout"] > 0 and split["srtp_fanout"] > 0
+    assert split["floor_fanout"] == pytest.approx(split["sendmmsg_fanout"]
+                                                  + split["srtp_fanout"])
+
+
+def test_the_fanout_floor_protects_with_the_cipher_aiortc_peers_negotiate():
+    from aiortc.rtcdtlstransport import SRTP_PROFILES
+
+    assert SRTP_PROFILES[0].openssl_profile.startswith(b"SRTP_AEAD_AES_")
+    packet = floor.rtp_packet(1)
+    protected = floor.gcm_session().protect(packet)
+    assert len(protected) == len(packet) + 16  # GCM's tag, not HMAC-SHA1-80's 10 bytes
