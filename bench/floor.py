@@ -16,7 +16,9 @@
   SRTP sessions with the cipher aiortc peers negotiate (``SRTP_PROFILES[0]``, AES-256-GCM);
   packets paced as the gateway's tick grid sends them (every stream once a 20 ms, the streams
   spread over the 8 ticks of 2.5 ms), so caches are as cold between ticks as in the gateway.
-  Split into ``sendmmsg_fanout`` and ``srtp_fanout`` (each timed around its own calls);
+  Made from C (bench/floor_c.py: no Python between the calls, as the compiled send path makes
+  them; with the C's back-to-back, one-destination figure beside it), or with the Python calls
+  where the C does not build (``how``). Split into ``sendmmsg_fanout`` and ``srtp_fanout``;
 - ``path_python`` / ``path_compiled``: the gateway's send step for one packet of a tick, as the
   batch path runs it -- the header patched from the stream's template, SRTP, the tick's packets
   in one ``sendmmsg`` -- in pure Python (``RtpHeaderTemplate.build``, ``srtp_protector``,
@@ -40,9 +42,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pylibsrtp
 
+from bench import floor_c
 from gateway import aiortc_compat
 from gateway.net import sendmmsg, sendpath
 from gateway.rtp.header import RtpHeaderTemplate
@@ -177,15 +181,66 @@ def gcm_session() -> pylibsrtp.Session:
     return pylibsrtp.Session(policy=policy)
 
 
-def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict[str, float]:
-    """CPU µs per packet at ``streams`` destinations, paced as the gateway's ticks send: see
-    the module's docstring. Returns the split and the share of datagrams the drainer read."""
+def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "bench.floor", "--drain", str(streams)]
     if drain_core is not None:
         cmd += ["--drain-core", str(drain_core)]
-    child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                             cwd=Path(__file__).resolve().parent.parent)
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)
+
+
+def _drained(child: subprocess.Popen[str]) -> int:
+    """Close the drainer's stdin; how many datagrams it read."""
     assert child.stdin is not None and child.stdout is not None
+    time.sleep(0.2)
+    child.stdin.close()
+    return int(json.loads(child.stdout.readline())["received"])
+
+
+def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced: bool = True,
+                     one_destination: bool = False) -> dict[str, float] | None:
+    """``measure_fanout`` with no Python between the calls (bench/floor_c.py): the tick's
+    SRTP calls and its ``sendmmsg`` from C. ``paced=False``: back to back;
+    ``one_destination``: every stream to the drainer's first socket. None where the C does
+    not build or libsrtp's entry point is not found."""
+    module = floor_c.load()
+    protect = aiortc_compat.srtp_protect_address()
+    if module is None or protect is None:
+        return None
+    child = _drainer(streams, drain_core)
+    assert child.stdout is not None
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ports = json.loads(child.stdout.readline())
+        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+        raw = [sendmmsg.sockaddr_bytes(("127.0.0.1", ports[0] if one_destination else port))
+               for port in ports]
+        names = b"".join(r for r in raw if r is not None)
+        sessions = [gcm_session() for _ in ports]  # kept alive for the C's pointers
+        ctxs = module.ffi.new("uintptr_t[]", [aiortc_compat.srtp_session_address(s) or 0
+                                              for s in sessions])
+        result = module.ffi.new("double[3]")
+        packet = rtp_packet(0)
+        rc = module.lib.gwf_fanout(out.fileno(), protect, ctxs, names, len(raw[0] or b""),
+                                   len(ports), packet, len(packet), int(seconds / 0.020),
+                                   PHASES, int(TICK_S * 1e9) if paced else 0, result)
+        if rc != 0:
+            raise RuntimeError(f"gwf_fanout failed: {rc}")
+        received = _drained(child)
+    finally:
+        out.close()
+        child.kill()
+        child.wait()
+    srtp_s, send_s, sent = result[0], result[1], max(result[2], 1.0)
+    return {"sendmmsg_fanout": send_s / sent * 1e6, "srtp_fanout": srtp_s / sent * 1e6,
+            "floor_fanout": (send_s + srtp_s) / sent * 1e6, "read_share": received / sent}
+
+
+def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict[str, float]:
+    """CPU µs per packet at ``streams`` destinations, paced as the gateway's ticks send: see
+    the module's docstring. Returns the split and the share of datagrams the drainer read."""
+    child = _drainer(streams, drain_core)
+    assert child.stdout is not None
     out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         ports = json.loads(child.stdout.readline())
@@ -215,9 +270,7 @@ def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict
                                      group_names[at : at + sendmmsg.MAX_BATCH])
             send_s += _cpu() - middle
             srtp_s += middle - start
-        time.sleep(0.2)
-        child.stdin.close()
-        received = json.loads(child.stdout.readline())["received"]
+        received = _drained(child)
     finally:
         out.close()
         child.kill()
@@ -226,6 +279,22 @@ def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict
             "srtp_fanout": srtp_s / max(sent, 1) * 1e6,
             "floor_fanout": (send_s + srtp_s) / max(sent, 1) * 1e6,
             "read_share": received / max(sent, 1)}
+
+
+def fanout_floor(streams: int, seconds: float, drain_core: int | None,
+                 repeat: int) -> dict[str, Any]:
+    """The best of ``repeat`` fan-out floors: made from C where it builds (``how``: "c"; with
+    the C's back-to-back, one-destination figure beside it), else the Python calls'."""
+    c_runs = [measure_fanout_c(streams, seconds, drain_core) for _ in range(repeat)]
+    if all(c_runs):
+        best = dict(min((r for r in c_runs if r), key=lambda t: t["floor_fanout"]))
+        hot = [measure_fanout_c(streams, seconds / 2, drain_core, paced=False,
+                                one_destination=True) for _ in range(repeat)]
+        best["floor_c_back_to_back_one_destination"] = min(
+            h["floor_fanout"] for h in hot if h)
+        return {"how": "c", **best}
+    runs = [measure_fanout(streams, seconds, drain_core) for _ in range(repeat)]
+    return {"how": "python", **min(runs, key=lambda t: t["floor_fanout"])}
 
 
 def _template() -> RtpHeaderTemplate:
@@ -335,9 +404,7 @@ def main() -> None:
         if not sendmmsg.available():
             break
         drain_core = args.drain_core if args.drain_core >= 0 else None
-        tries = [measure_fanout(count, args.fanout_seconds, drain_core)
-                 for _ in range(args.repeat)]
-        fanout[str(count)] = min(tries, key=lambda t: t["floor_fanout"])
+        fanout[str(count)] = fanout_floor(count, args.fanout_seconds, drain_core, args.repeat)
     ratios = {name: best[name] / best["floor"] for name in ("path_python", "path_compiled")
               if name in best}
     print(f"machine floor per RTP packet on core {args.core} (CPU µs, best of {args.repeat}; "
@@ -348,9 +415,12 @@ def main() -> None:
         ratio = f"  (÷ floor: {ratios[name]:.2f})" if name in ratios else ""
         print(f"{name:<16} {value:>10.2f}  {shown}{ratio}")
     for count, split in fanout.items():
-        print(f"floor_fanout at {count} destinations: {split['floor_fanout']:.2f} µs/packet "
-              f"(sendmmsg {split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f}; "
-              f"{split['read_share']:.1%} read by the drainer; best of {args.repeat})")
+        hot = split.get("floor_c_back_to_back_one_destination")
+        print(f"floor_fanout at {count} destinations ({split['how']}): "
+              f"{split['floor_fanout']:.2f} µs/packet (sendmmsg {split['sendmmsg_fanout']:.2f}"
+              f" + SRTP {split['srtp_fanout']:.2f}; {split['read_share']:.1%} read by the "
+              f"drainer; best of {args.repeat})"
+              + (f"; from C back to back to one destination: {hot:.2f}" if hot else ""))
     print("target (issue 28): the gateway's µs/packet ÷ floor ≤ 2.0")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

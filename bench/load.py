@@ -28,9 +28,9 @@ count against the server (they are reported: ``loadgen_hook_delay_ms``).
 compiled path where it builds) against ``gateway-python`` (``--send-path python``). ``--floor``
 measures the machine's floor (bench/floor.py) on the server's core before the ladder and prints
 every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0), and beside it the
-ratio to the floor at the rung's fan-out (``floor_fanout``: the same sends and SRTP calls to N
-destination sockets a drainer on the load generator's core reads, N SRTP contexts, paced as the
-tick grid sends -- what a perfect sender pays at N streams on this machine).
+ratio to the floor at the rung's fan-out (``floor_fanout``: SRTP and ``sendmmsg`` called from C
+to N destination sockets a drainer on the load generator's core reads, N SRTP contexts, paced
+as the tick grid sends -- what a perfect sender pays at N streams on this machine).
 
 ``--server loss`` runs the same gateway rung by rung for clean listeners and for listeners that
 drop ``--loss`` (2 %) of the RTP at random, NACK each drop at once and offer RED
@@ -770,7 +770,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"{best.get('path_python', 0):.2f}, compiled {best.get('path_compiled', 0):.2f}; "
               f"load average {floor['loadavg'][0]:.2f}")
         for count, split in (floor.get("fanout_us") or {}).items():
-            print(f"  at {count} destinations: {split['floor_fanout']:.2f} µs/packet (sendmmsg "
+            print(f"  at {count} destinations ({split.get('how', 'python')}): "
+                  f"{split['floor_fanout']:.2f} µs/packet (sendmmsg "
                   f"{split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f})")
     if floors:
         print("each rung ÷ the floor, and ÷ the floor at its fan-out (the mean of the "

@@ -22,6 +22,16 @@ def test_the_fanout_floor_sends_every_stream_its_packets_and_the_drainer_reads_t
                                                   + split["srtp_fanout"])
 
 
+def test_the_fanout_floor_from_c_sends_and_protects_every_packet():
+    split = floor.measure_fanout_c(24, 0.2, None)
+    if split is None:
+        pytest.skip("the C floor does not build here (no compiler)")
+    assert split["read_share"] == 1.0
+    assert split["sendmmsg_fanout"] > 0 and split["srtp_fanout"] > 0
+    hot = floor.measure_fanout_c(24, 0.2, None, paced=False, one_destination=True)
+    assert hot is not None and hot["read_share"] > 0
+
+
 def test_the_fanout_floor_protects_with_the_cipher_aiortc_peers_negotiate():
     from aiortc.rtcdtlstransport import SRTP_PROFILES
 
