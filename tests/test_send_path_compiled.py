@@ -245,6 +245,50 @@ def test_fed_frames_go_in_order_and_the_stream_is_asked_for_when_they_run_low():
         sink.close()
 
 
+def test_parked_streams_on_other_phases_each_go_on_their_own_slots_across_an_unpark():
+    """``gw_run_parked`` reads each parked stream's next due time from one array (so a tick
+    touches only the streams due): five streams a tick apart each send once a period, at
+    their own slot; unparking one in the middle of the list (its last entry moves into its
+    place) keeps every other stream's schedule; ``next_due`` is the earliest left."""
+    header = templates()[1]
+    batch, out, sink = compiled_batch()
+    sessions = [session() for _ in range(5)]  # (alive while C protects with them)
+    stores = [FrameStore() for _ in range(5)]
+    try:
+        streams = []
+        for k, (srtp, store) in enumerate(zip(sessions, stores, strict=True)):
+            store.header, store.silence = header, b"\xf8\xff\xfe"
+            stream = batch.new_stream(header.raw, header.ast_at,
+                                      aiortc_compat.srtp_session_address(srtp),
+                                      sendmmsg.sockaddr_bytes(sink.getsockname()))
+            assert batch.park(stream, (k * 0.0025, 0.02, 0.1, 0.0, 0.0025), 0, 100 * k, 0,
+                              header.second_byte, store.ring, store.silence, handle=k)
+            streams.append(stream)
+        parked = set(range(5))
+        sent = dict.fromkeys(range(5), 0)
+        for tick in range(80):  # 0.2 s of ticks
+            now = tick * 0.0025
+            if tick == 40:
+                assert batch.unpark(streams[1]) is not None
+                parked.discard(1)
+            due_now = [k for k in parked if tick % 8 == k]
+            staged, next_due, _ = batch.run_parked(now, 0, 0, 0.0005, 5)
+            assert staged == len(due_now), tick
+            for k in due_now:
+                sent[k] += 1
+            upcoming = [k * 0.0025 + (sent[k]) * 0.02 for k in parked]
+            assert next_due == pytest.approx(min(upcoming)), tick
+            batch.discard()
+        assert [stores[k].newest_seq for k in (0, 2, 3, 4)] == [
+            (100 * k + sent[k] - 1) & 0xFFFF for k in (0, 2, 3, 4)]
+        assert sent == {0: 10, 1: 5, 2: 10, 3: 10, 4: 10}
+        for k in parked:
+            assert batch.unpark(streams[k]) is not None
+    finally:
+        out.close()
+        sink.close()
+
+
 async def test_python_send_path_when_chosen(start_gateway):
     gateway = await start_gateway(send_path="python")
     health = await _stream_and_read_health(gateway)

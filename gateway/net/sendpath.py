@@ -115,6 +115,7 @@ typedef struct {
     int count;
     int n_parked, cap_parked;
     gw_stream **parked;  /* streams whose keep-alive silence C sends (gw_run_parked) */
+    double *due;  /* parked[k]'s next slot's time: read each tick without touching the stream */
     unsigned int *consumed;  /* the last run's streams to report (handles) */
     int trailer;
     gw_protect_fn protect;
@@ -174,6 +175,7 @@ void gw_batch_free(gw_batch *b) {
     if (b == NULL) return;
     free(b->parked);
     free(b->consumed);
+    free(b->due);
     free(b);
 }
 
@@ -266,6 +268,9 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
         unsigned int *room = realloc(b->consumed, (size_t)cap * sizeof(unsigned int));
         if (room == NULL) return -1;
         b->consumed = room;
+        double *due = realloc(b->due, (size_t)cap * sizeof(double));
+        if (due == NULL) return -1;
+        b->due = due;
         b->cap_parked = cap;
     }
     s->origin = times[0]; s->period = times[1]; s->max_lateness = times[2];
@@ -280,6 +285,7 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
     s->broken = 0;
     s->fed_head = s->fed_n = 0;
     s->sent_n = 0;
+    b->due[b->n_parked] = s->origin + (double)s->slot * s->period;
     b->parked[b->n_parked++] = s;
     s->parked_at = b->n_parked;
     return 0;
@@ -294,6 +300,7 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
     b->n_parked--;
     if (i != b->n_parked) {
         b->parked[i] = b->parked[b->n_parked];
+        b->due[i] = b->due[b->n_parked];
         b->parked[i]->parked_at = i + 1;
     }
     s->parked_at = 0;
@@ -365,7 +372,12 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
                   double early, int limit, double *next_due, int *n_consumed) {
     int staged = 0, consumed = 0;
     double earliest = HUGE_VAL;
+    const double *dues = b->due;
     for (int k = 0; k < b->n_parked; k++) {
+        if (dues[k] - now > early) {  /* not due: its stream is not touched (cache misses) */
+            if (dues[k] < earliest) earliest = dues[k];
+            continue;
+        }
         gw_stream *s = b->parked[k];
         double origin = s->origin;
         long long first = s->slot, slot = first;
@@ -419,6 +431,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
         }
         s->origin = origin;
         s->slot = slot;
+        b->due[k] = due;
         if (report) b->consumed[consumed++] = s->handle;
         if (due < earliest) earliest = due;
     }
