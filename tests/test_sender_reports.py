@@ -1,14 +1,25 @@
 """Sender reports from the shared tick (issue 28: per-session RTCP off tasks): a gateway session
-has no RTCP task of aiortc's, yet a real aiortc receiver gets its SR + SDES every 0.5-1.5 s with
-the counters of what was sent, and the session still stops cleanly (aiortc's BYE, its exited
-event)."""
+has no RTCP task of aiortc's, yet a real aiortc receiver gets its SR + SDES -- the first after
+0.5-1.5 s, then every ``--rtcp-report-interval-s`` varied by 0.5-1.5x (5 s by default, as
+libwebrtc's audio) -- with the counters of what was sent, and the session still stops cleanly
+(aiortc's BYE, its exited event)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+
+import pytest
 
 from gateway import aiortc_compat
-from gateway.webrtc.batch_sender import REPORT_MIN_S, REPORT_SPAN_S
+from gateway.webrtc.batch_sender import REPORT_INTERVAL_S
+
+INTERVAL_S = 1.0  # this module's gateway (the default's 2.5-7.5 s would make the tests slow)
+
+
+@pytest.fixture
+async def gateway(start_gateway):
+    return await start_gateway(rtcp_report_interval_s=INTERVAL_S)
 
 
 async def connected_session(gateway):
@@ -37,7 +48,7 @@ async def test_reports_reach_an_aiortc_receiver_without_a_task_per_session(conne
     await asyncio.sleep(3.2)
     reports = stats.sender_reports - before
     # every 0.5-1.5 s: 2 to 7 reports in 3.2 s (the first may come just after the start)
-    assert 3.2 / (REPORT_MIN_S + REPORT_SPAN_S) - 1 <= reports <= 3.2 / REPORT_MIN_S + 1
+    assert 3.2 / (1.5 * INTERVAL_S) - 1 <= reports <= 3.2 / (0.5 * INTERVAL_S) + 1
     seen = remote_outbound(await client.transceiver.receiver.getStats())
     assert seen, "the client's receiver got no sender report"
     session.webrtc.transmitter.settle()  # (the counters of what C sent, brought up to date)
@@ -52,6 +63,32 @@ async def test_reports_reach_an_aiortc_receiver_without_a_task_per_session(conne
     await asyncio.wait_for(session.closed.wait(), timeout=5)
     assert sender._RTCRtpSender__rtcp_exited.is_set()  # aiortc's stop did not hang
     assert "_run_rtcp" not in vars(sender)  # teardown took our replacement off the sender
+
+
+async def test_by_default_the_first_report_goes_soon_and_the_next_after_libwebrtcs_interval(
+        start_gateway):
+    """The first report after 0.5-1.5 s (the receiver's clock mapping, our RTT), then none for
+    at least 2.5 s: libwebrtc's 5 s audio interval varied by 0.5-1.5x, not aiortc's 1 s."""
+    from gateway.client.peer import GatewayClient
+
+    assert REPORT_INTERVAL_S == 5.0
+    running = await start_gateway()
+    client = GatewayClient(running.url, running.http)
+    await client.connect()
+    try:
+        session = await connected_session(running)
+        assert session.webrtc.transmitter.report_interval_s == REPORT_INTERVAL_S
+        stats = session.webrtc.sink.stats
+        started = time.monotonic()
+        while stats.sender_reports == 0 and time.monotonic() - started < 5:
+            await asyncio.sleep(0.05)
+        assert stats.sender_reports == 1
+        await asyncio.sleep(2.2)  # (the next one comes 2.5 s after the first at the soonest)
+        assert stats.sender_reports == 1
+        seen = remote_outbound(await client.transceiver.receiver.getStats())
+        assert seen, "the client's receiver got no sender report"
+    finally:
+        await client.close()
 
 
 async def test_a_session_closed_before_it_connects_stops_cleanly(gateway):

@@ -72,6 +72,13 @@ def _non_negative(value: str) -> float:
     return number
 
 
+def _report_interval(value: str) -> float:
+    number = float(value)
+    if not 0.1 <= number <= 60:
+        raise argparse.ArgumentTypeError(f"{value!r}: seconds from 0.1 to 60")
+    return number
+
+
 def _or_none(value: str) -> str | None:
     return value.strip() or None
 
@@ -257,6 +264,14 @@ class GatewayConfig:
         _S("send_in_c"),
         "let the compiled send path send a plain stream (no DTX, RED inactive) from C, slot by "
         "slot, its frames fed one ahead (off: every slot from Python's tick, to compare)",
+        group=MEDIA,
+    )
+    rtcp_report_interval_s: float = opt(
+        _S("rtcp_report_interval_s"),
+        "RTCP sender reports' mean interval, seconds, each varied by 0.5-1.5x (RFC 3550 §6.3.1); "
+        "5 is libwebrtc's for audio and RFC 3550's recommended minimum; the first goes after "
+        "0.5-1.5 s whatever this is",
+        parse=_report_interval,
         group=MEDIA,
     )
     playout_allowance_s: float = opt(

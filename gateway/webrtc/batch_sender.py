@@ -9,8 +9,9 @@ frame (or the keep-alive silence), builds the RTP packet from the stream's heade
 (``aiortc_compat.direct_rtp_sender``: pair, socket and SRTP session looked up once), all
 synchronously. aiortc's own sender stays parked on a track that never yields; its RTCP loop is
 parked too (``aiortc_compat.park_sender_reports``: no task per session) and each stream sends its
-sender reports from the tick, every 0.5-1.5 s as aiortc did, from aiortc's counters that the
-sends keep up to date.
+sender reports from the tick (the first after 0.5-1.5 s as aiortc's, then every 2.5-7.5 s as
+libwebrtc's audio: ``--rtcp-report-interval-s``), from aiortc's counters that the sends keep up
+to date.
 
 It is the transmitter of an ``RtpSink`` (webrtc/rtp_sink.py: the queue, schedule, store, silence,
 stats and test-only drop are the sink's): 960-tick timestamps, marker bit set, mid and
@@ -52,9 +53,13 @@ MAX_PENDING_ASYNC = 16  # sends in flight on aiortc's async path (TURN) before d
 RTP_CLOCK_HZ = 48_000  # Opus's RTP clock, whatever the encoded rate
 DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send them)
 DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus's own)
-# RTCP sender reports every 0.5-1.5 s at random, as aiortc's own loop (RFC 3550 §6.2 varies
-# the interval by 0.5-1.5), sent from the tick instead of a task per session
-REPORT_MIN_S, REPORT_SPAN_S = 0.5, 1.0
+# RTCP sender reports, sent from the tick instead of aiortc's task per session: the first
+# after 0.5-1.5 s (as aiortc's loop: the receiver's clock mapping and our RTT early), then at
+# the stream's ``report_interval_s`` (libwebrtc's 5 s for audio by default; aiortc's 1 s cost
+# a thousand Python visits a second at 1,000 streams), each interval varied by 0.5-1.5x
+# (RFC 3550 §6.3.1)
+FIRST_REPORT_S = 1.0
+REPORT_INTERVAL_S = 5.0
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
@@ -125,6 +130,7 @@ class BatchStream:
         "in_c_allowed",
         "pacer",
         "queue",
+        "report_interval_s",
         "silence",
         "sink",
         "stats",
@@ -167,6 +173,8 @@ class BatchStream:
         #: let C send the stream (``_to_c``); False: every slot from this tick
         #: (``--no-send-in-c``: to compare)
         self.in_c_allowed = True
+        #: sender reports' mean interval after the first (``--rtcp-report-interval-s``)
+        self.report_interval_s = REPORT_INTERVAL_S
         #: (batch, socket, its feed) while in C (``aiortc_compat.compiled_rtp_sender``'s park)
         self._in_c: tuple[Any, udp_mux.UdpMux, FeedRun] | None = None
         self._handle = 0  # its name in C's list of streams to visit
@@ -204,7 +212,7 @@ class BatchStream:
         self.queue.on_wake = self._on_wake  # (both held until ``stop``)
         self.queue.on_take_back = self._take_back_fed
         self._schedule()
-        self._schedule_report()
+        self._schedule_report(FIRST_REPORT_S)
 
     def _compiled_sender(
         self, sender: RTCRtpSender
@@ -247,12 +255,12 @@ class BatchStream:
         # and a closed stream would wait for a full collection (tests/test_soak.py)
         self.ticker.call_at(self.pacer.deadline(), self._on_tick)
 
-    def _schedule_report(self) -> None:
+    def _schedule_report(self, mean_s: float | None = None) -> None:
         # aiortc's own RTCP loop is parked (``aiortc_compat.park_sender_reports``): a task per
         # session waking every second through an await chain, here a tick callback. Held
-        # weakly: a tick up to 1.5 s away must not keep a closed session alive (it is freed
+        # weakly: a tick seconds away must not keep a closed session alive (it is freed
         # by refcounting the moment it closes: tests/test_soak.py).
-        delay = REPORT_MIN_S + random.random() * REPORT_SPAN_S
+        delay = (mean_s or self.report_interval_s) * (0.5 + random.random())
         self.ticker.call_at(self.ticker.now() + delay, partial(_report_if_alive, ref(self)))
 
     def _on_report(self) -> None:

@@ -92,6 +92,7 @@ class WebRtcLeg:
             early_first_frame=options.early_first_frame,
         )
         self.transmitter.in_c_allowed = options.send_in_c
+        self.transmitter.report_interval_s = options.rtcp_report_interval_s
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
         self.retransmitter.on_red_active = self.transmitter.back_to_tick
