@@ -13,7 +13,8 @@
 - ``floor_fanout`` (``--fanout N[,M]``): the floor as the gateway meets it at N streams -- N
   destination sockets held by a drainer process pinned to another core (``--drain-core``, as
   the load generator is) that sleeps in epoll between datagrams, so a send also wakes it; N
-  SRTP sessions with the cipher aiortc peers negotiate (``SRTP_PROFILES[0]``, AES-256-GCM);
+  SRTP sessions as aiortc makes its sender's (``SRTP_PROFILES[0]``, AES-256-GCM between
+  aiortc peers; a 1,024-packet window, repeats allowed);
   packets paced as the gateway's tick grid sends them (every stream once a 20 ms, the streams
   spread over the 8 ticks of 2.5 ms), so caches are as cold between ticks as in the gateway.
   Made from C (bench/floor_c.py: no Python between the calls, as the compiled send path makes
@@ -171,13 +172,17 @@ def drain(count: int, core: int | None) -> None:
 
 
 def gcm_session() -> pylibsrtp.Session:
-    """An outbound SRTP session with the profile two aiortc peers negotiate (its first)."""
+    """An outbound SRTP session as aiortc makes its sender's (rtcdtlstransport.py): the profile
+    two aiortc peers negotiate (its first), a 1,024-packet replay window, repeats allowed (a
+    retransmission is protected again)."""
     from aiortc.rtcdtlstransport import SRTP_PROFILES
 
     profile = SRTP_PROFILES[0]
     size = profile.key_length + profile.salt_length
     policy = pylibsrtp.Policy(key=bytes(range(size)), ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
                               srtp_profile=profile.libsrtp_profile)
+    policy.allow_repeat_tx = True
+    policy.window_size = 1024
     return pylibsrtp.Session(policy=policy)
 
 
