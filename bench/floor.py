@@ -35,6 +35,7 @@ table and writes bench/results/floor.json. Sends only to 127.0.0.1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import selectors
@@ -42,6 +43,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -194,12 +196,26 @@ def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
                             cwd=Path(__file__).resolve().parent.parent)
 
 
-def _drained(child: subprocess.Popen[str]) -> int:
-    """Close the drainer's stdin; how many datagrams it read."""
+@contextlib.contextmanager
+def _fanout(streams: int, drain_core: int | None
+            ) -> Iterator[tuple[socket.socket, list[int], dict[str, int]]]:
+    """A drainer holding ``streams`` sockets, and a sending socket: (it, their ports, a dict
+    that holds ``received``, how many datagrams the drainer read, once the block is done)."""
+    child = _drainer(streams, drain_core)
     assert child.stdin is not None and child.stdout is not None
-    time.sleep(0.2)
-    child.stdin.close()
-    return int(json.loads(child.stdout.readline())["received"])
+    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    done: dict[str, int] = {}
+    try:
+        ports = json.loads(child.stdout.readline())
+        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+        yield out, ports, done
+        time.sleep(0.2)
+        child.stdin.close()
+        done["received"] = int(json.loads(child.stdout.readline())["received"])
+    finally:
+        out.close()
+        child.kill()
+        child.wait()
 
 
 def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced: bool = True,
@@ -212,12 +228,7 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
     protect = aiortc_compat.srtp_protect_address()
     if module is None or protect is None:
         return None
-    child = _drainer(streams, drain_core)
-    assert child.stdout is not None
-    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        ports = json.loads(child.stdout.readline())
-        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    with _fanout(streams, drain_core) as (out, ports, done):
         raw = [sendmmsg.sockaddr_bytes(("127.0.0.1", ports[0] if one_destination else port))
                for port in ports]
         names = b"".join(r for r in raw if r is not None)
@@ -231,12 +242,11 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
                                    PHASES, int(TICK_S * 1e9) if paced else 0, result)
         if rc != 0:
             raise RuntimeError(f"gwf_fanout failed: {rc}")
-        received = _drained(child)
-    finally:
-        out.close()
-        child.kill()
-        child.wait()
-    srtp_s, send_s, sent = result[0], result[1], max(result[2], 1.0)
+    return _split(result[1], result[0], result[2], done["received"])
+
+
+def _split(send_s: float, srtp_s: float, sent: float, received: int) -> dict[str, float]:
+    sent = max(sent, 1.0)
     return {"sendmmsg_fanout": send_s / sent * 1e6, "srtp_fanout": srtp_s / sent * 1e6,
             "floor_fanout": (send_s + srtp_s) / sent * 1e6, "read_share": received / sent}
 
@@ -244,12 +254,7 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
 def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict[str, float]:
     """CPU µs per packet at ``streams`` destinations, paced as the gateway's ticks send: see
     the module's docstring. Returns the split and the share of datagrams the drainer read."""
-    child = _drainer(streams, drain_core)
-    assert child.stdout is not None
-    out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        ports = json.loads(child.stdout.readline())
-        out.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 22)
+    with _fanout(streams, drain_core) as (out, ports, done):
         batcher = sendmmsg.BatchSocket(out.fileno())
         names = [sendmmsg.sockaddr(("127.0.0.1", port)) for port in ports]
         sessions = [gcm_session() for _ in ports]  # kept: a protector does not hold its own
@@ -275,15 +280,7 @@ def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict
                                      group_names[at : at + sendmmsg.MAX_BATCH])
             send_s += _cpu() - middle
             srtp_s += middle - start
-        received = _drained(child)
-    finally:
-        out.close()
-        child.kill()
-        child.wait()
-    return {"sendmmsg_fanout": send_s / max(sent, 1) * 1e6,
-            "srtp_fanout": srtp_s / max(sent, 1) * 1e6,
-            "floor_fanout": (send_s + srtp_s) / max(sent, 1) * 1e6,
-            "read_share": received / max(sent, 1)}
+    return _split(send_s, srtp_s, sent, done["received"])
 
 
 def fanout_floor(streams: int, seconds: float, drain_core: int | None,
