@@ -53,6 +53,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -158,17 +159,18 @@ class ReceivePath:
             self.depth.red_negotiated()
             self._apply_floor(self._now())
 
-    def on_rtp(self, packet: object, arrival_time_ms: int = 0) -> None:
-        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire; RFC 2198 RED
-        when its payload type is ``red_payload_type``."""
+    def on_rtp(self, packet: Any, arrival_time_ms: int = 0) -> None:
+        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire (aiortc's
+        ``RtpPacket``, or the receive fast path's ``RtpFields``: int fields, a bytes payload,
+        read as they are); RFC 2198 RED when its payload type is ``red_payload_type``."""
         red_pt = self._red_pt
         self.on_packet(
-            int(packet.sequence_number),  # type: ignore[attr-defined]
-            int(packet.timestamp),  # type: ignore[attr-defined]
-            bytes(packet.payload),  # type: ignore[attr-defined]
-            int(packet.ssrc),  # type: ignore[attr-defined]
+            packet.sequence_number,
+            packet.timestamp,
+            packet.payload,
+            packet.ssrc,
             self._now(),
-            red=red_pt is not None and int(packet.payload_type) == red_pt,  # type: ignore[attr-defined]
+            red=red_pt is not None and packet.payload_type == red_pt,
         )
 
     def on_packet(

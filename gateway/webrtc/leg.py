@@ -176,7 +176,7 @@ class WebRtcLeg:
             UPLINK_RECEIVE, send_rtcp,
             lambda: aiortc_compat.receiver_rtcp_ssrc(receiver),
         )
-        aiortc_compat.tap_rtp(receiver, lambda packet, at: path.on_rtp(packet))
+        aiortc_compat.tap_rtp(receiver, path.on_rtp)  # (packet, arrival_time_ms)
         path.start()
         self.uplink = path
 
