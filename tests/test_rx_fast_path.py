@@ -100,6 +100,9 @@ async def test_a_talker_takes_the_fast_path_and_the_same_packets_arrive_in_order
         await talker.wait_got(100)
         leg = session.webrtc
         assert leg.rx_fast_refusal is None and leg.rx_fast is not None
+        # a duplex session's uplink is decoded at its listener's 16 kHz, heard as it comes
+        assert leg.uplink.pcm.sample_rate == 16_000 == session.duplex.uplink_rate
+        assert session.duplex.frames_heard > 0
         assert leg.state()["rx_fast"]["packets"] >= 90
         in_order_after_first(talker.got, talker.sent)
         async with gateway.http.get(f"{gateway.url}/healthz") as r:

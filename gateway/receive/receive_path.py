@@ -1,4 +1,5 @@
-"""Our own audio receive path: RTP in, 20 ms of 24 kHz PCM out on the playout clock.
+"""Our own audio receive path: RTP in, 20 ms of PCM out on the playout clock (24 kHz, or the
+config's ``sample_rate``: libopus decodes at it).
 
 Raw RTP (``on_rtp`` from a receiver tap, or ``on_packet``) feeds a loss tracker (sequence gaps),
 a :class:`NackGenerator` and an adaptive :class:`JitterBuffer`, each packet with its duration
@@ -57,7 +58,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE
+from gateway.media.opus_codec import RTP_CLOCK_RATE
 from gateway.nack.generator import NackGenerator
 from gateway.nack.sender import NackSender, SendRtcp
 from gateway.receive.depth_policy import DepthPolicy
@@ -108,9 +109,10 @@ class ReceivePath:
         self.red = RedRecovery(self.jitter, self.nack)
         self.depth = DepthPolicy(cfg, self.jitter, self.nack, self.red)
         self._red_pt: int | None = None
-        self.decoder = FrameDecoder(fec=cfg.fec)
+        self.decoder = FrameDecoder(fec=cfg.fec, sample_rate=cfg.sample_rate)
+        self._frame = cfg.frame_samples  # a period's samples
         self.losses = LossTracker()
-        self.pcm = PcmSource(cfg.pcm_ring_frames)
+        self.pcm = PcmSource(cfg.pcm_ring_frames, cfg.sample_rate)
         self._nacks: NackSender | None = None
         if cfg.nack and send_rtcp is not None:
             self._nacks = NackSender(self.nack, send_rtcp, lambda: self.jitter.playout_seq,
@@ -245,10 +247,10 @@ class ReceivePath:
         """One playout period: decode what it needs, play (and hand out) exactly 20 ms."""
         self._apply_floor(now)
         self.level.measure(self._queue.samples)
-        need = self.config.decode_ahead_frames * FRAME_SAMPLES
+        need = self.config.decode_ahead_frames * self._frame
         while self._queue.samples < need:
             self._queue.push(self._decode_next(now, need - self._queue.samples))
-        period = self._queue.take(FRAME_SAMPLES)
+        period = self._queue.take(self._frame)
         pcm = period.pcm
         pcm.flags.writeable = False
         self._account(period, now)
@@ -407,7 +409,8 @@ class ReceivePath:
         return self._log
 
     def played_pcm(self) -> np.ndarray:
-        """What was played (24 kHz mono int16), up to ``record_s`` (opt-in)."""
+        """What was played (mono int16 at ``config.sample_rate``), up to ``record_s``
+        (opt-in)."""
         if not self.config.record_periods:
             raise RuntimeError("recording is off: ReceivePathConfig(record_s=...)")
         if not self._recording:
@@ -432,7 +435,7 @@ class ReceivePath:
             jitter_ms=jb.jitter_ms,
             target_frames=jb.target_frames,
             depth_frames=jb.depth,
-            pcm_frames=self._queue.samples // FRAME_SAMPLES,
+            pcm_frames=self._queue.samples // self._frame,
             recovered_red=self.red.counts.recovered,
             red_packets=self.red.counts.packets,
             red_late=self.red.counts.late,
