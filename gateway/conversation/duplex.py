@@ -270,18 +270,22 @@ class Duplex:
         """One 20 ms frame at 16 kHz to the listener, the pause gate and barge-in."""
         self.frames_heard += 1
         self._clock(self.frames_heard * ASR_FRAME / ASR_RATE, at)
-        if self._pausing:
-            # the mean square from the exact sum of squares (media/pcm_c.py: in C where
-            # built): the value ``np.mean(np.square(frame, dtype=np.float64))`` gives
-            power = sum_squares(frame) / ASR_FRAME / 32768.0 ** 2
-            self._level_dbfs = 10.0 * math.log10(power + 1e-12)
-        for event in self.listener.push(frame):
+        listener = self.listener
+        for event in listener.push(frame):
             if isinstance(event, SpeechStarted) and self.speaking:
-                self._overlap.add(self.listener.turn)
+                self._overlap.add(listener.turn)
             elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
                 self.last_barge_in = (self._mono(event.started_at), time.monotonic())
                 self.barge_in()
         if self._pausing:
+            # the mean square from the exact sum of squares (media/pcm_c.py: in C where
+            # built), the value ``np.mean(np.square(frame, dtype=np.float64))`` gives; the
+            # VAD's gate measured this very frame (listen/vad.py): its sum, not a second one
+            vad = listener.vad
+            squares = vad.measured_squares if getattr(vad, "measured", None) is frame \
+                else sum_squares(frame)
+            power = squares / ASR_FRAME / 32768.0 ** 2
+            self._level_dbfs = 10.0 * math.log10(power + 1e-12)
             self._gate_frame()
 
     def _gate_frame(self) -> None:

@@ -259,12 +259,16 @@ class ReceivePath:
         elif self.config.record_periods:
             self._stats.unrecorded_periods += 1
         main = period.main
-        played = PlayedPeriod(self._periods, now, main.kind, main.seq, main.payload)
+        index = self._periods
         self._periods += 1
-        if self._log is not None:
-            self._log.append(played)
-        self.pcm.push(PcmFrame(played.index, now, main.kind, main.seq, pcm))
-        self._waiters.notify(played)
+        played = None
+        if self._log is not None or self._waiters.waiting:  # (a record only for them)
+            played = PlayedPeriod(index, now, main.kind, main.seq, main.payload)
+            if self._log is not None:
+                self._log.append(played)
+        self.pcm.push(PcmFrame(index, now, main.kind, main.seq, pcm))
+        if played is not None:
+            self._waiters.notify(played)
         if self._nacks is not None and self.nack.missing:
             self._nacks.wake()  # retries are due on the playout clock
         return pcm

@@ -137,3 +137,34 @@ async def test_duplex_hears_a_16k_uplink_frame_by_frame() -> None:
     # (libsoxr still holds its filter's delay and its block: up to 40 ms not yet heard)
     assert 0 <= heard[16_000][-1] - heard[24_000][-1] <= 2
     assert ASR_FRAME == 320
+
+
+async def test_the_pause_gate_level_is_the_vad_gates_sum_of_the_same_frame(monkeypatch) -> None:
+    """The duplex pause gate's level of a frame is the exact mean square, from the sum of
+    squares the VAD's gate took of that very frame: one sum a frame, not two."""
+    from gateway.conversation import duplex as duplex_module
+    from gateway.listen import vad as vad_module
+    from gateway.media import pcm_c
+
+    taken: list[np.ndarray] = []
+
+    def counted(frame: np.ndarray) -> int:
+        taken.append(frame)
+        return pcm_c.sum_squares(frame)
+
+    monkeypatch.setattr(vad_module, "sum_squares", counted)
+    monkeypatch.setattr(duplex_module, "sum_squares", counted)
+    voice = ToneSynthesizer(name="tone", frequency=440.0, seconds=1.0, sample_rate=24_000)
+    conversation = Conversation(EncoderSettings(), encode=False)
+    duplex = DuplexFactory(HearingOptions(), voice).make(conversation, uplink_rate=ASR_RATE)
+    try:
+        for frame in (speechy(0.02, amplitude=3000.0)[:ASR_FRAME], np.zeros(ASR_FRAME, np.int16)):
+            frame.flags.writeable = False
+            taken.clear()
+            duplex.hear(frame, 0.0)
+            assert len(taken) == 1 and taken[0] is frame
+            power = float(np.mean(np.square(frame, dtype=np.float64))) / 32768.0**2
+            assert duplex._level_dbfs == pytest.approx(10 * np.log10(power + 1e-12), abs=1e-9)
+    finally:
+        await duplex.close()
+        await conversation.close()
