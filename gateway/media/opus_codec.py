@@ -122,7 +122,11 @@ class OpusFrameDecoder:
         return self._samples[:got].copy()
 
     def decode(self, packet: bytes) -> np.ndarray:
-        return self._run(packet, self._max, 0)  # up to 120 ms per packet
+        """A packet's samples (up to 120 ms): ``_run`` written out, a talker's every period."""
+        got = self._call.decode(packet, self._max, 0)
+        if got < 0:
+            raise opuslib.OpusError(got)
+        return self._samples[:got].copy()
 
     def conceal(self, samples: int = FRAME_SAMPLES) -> np.ndarray:
         """Packet loss concealment for a missing frame (libopus PLC)."""

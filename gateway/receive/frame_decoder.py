@@ -77,18 +77,20 @@ class FrameDecoder:
             return FrameKind.UNDERRUN, np.zeros(underrun_samples, dtype=np.int16)
         self._underrun_run = 0
         self._played_audio = True
-        samples = ticks_to_samples(result.duration, self.sample_rate)
         if result.kind is PopKind.FRAME:
             payload = result.payload or b""
+            if len(payload) > 1:
+                try:
+                    pcm = self._decoder.decode(payload)
+                except opuslib.OpusError:  # a corrupt packet is a lost one
+                    pcm = None
+                if pcm is not None and pcm.size:
+                    return FrameKind.FRAME, pcm  # (the slot's length only for concealing)
+            samples = ticks_to_samples(result.duration, self.sample_rate)
             if len(payload) <= 1:
                 return FrameKind.CONCEALMENT_PACKET, self._conceal(samples)
-            try:
-                pcm = self._decoder.decode(payload)
-            except opuslib.OpusError:  # a corrupt packet is a lost one
-                return FrameKind.PLC, self._conceal(samples)
-            if not pcm.size:
-                return FrameKind.PLC, self._conceal(samples)
-            return FrameKind.FRAME, pcm
+            return FrameKind.PLC, self._conceal(samples)
+        samples = ticks_to_samples(result.duration, self.sample_rate)
         fec_payload = result.fec_payload
         if self.fec and fec_payload is not None and has_lbrr(fec_payload):
             try:

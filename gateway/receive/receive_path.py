@@ -79,6 +79,7 @@ from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 __all__ = ["ReceivePath", "ReceivePathClosed", "ReceivePathConfig", "SendRtcp"]
 
 _PHASE_TOLERANCE_S = 0.002
+_NOT_SLOTS = (FrameKind.UNDERRUN, FrameKind.INSERTED)  # (``Decoded.is_slot``'s complement)
 
 
 class ReceivePath:
@@ -111,6 +112,10 @@ class ReceivePath:
         self._red_pt: int | None = None
         self.decoder = FrameDecoder(fec=cfg.fec, sample_rate=cfg.sample_rate)
         self._frame = cfg.frame_samples  # a period's samples
+        # (read every period or packet: kept here, not computed from the config each time)
+        self._need = cfg.decode_ahead_frames * self._frame
+        self._record_periods = cfg.record_periods
+        self._nack_on = cfg.nack
         self.losses = LossTracker()
         self.pcm = PcmSource(cfg.pcm_ring_frames, cfg.sample_rate)
         self._nacks: NackSender | None = None
@@ -184,7 +189,7 @@ class ReceivePath:
             return
         st = self._stats
         st.received += 1
-        copies: list[RedCopy] = []
+        copies: list[RedCopy] | None = None
         if red:
             try:
                 payload, copies = split_red(payload, seq, timestamp)
@@ -204,7 +209,7 @@ class ReceivePath:
         arrival = self.losses.on_packet(seq)
         if arrival.gap:
             self.depth.on_gap(arrival.gap, now)
-        repaired = self.nack.on_packet(seq, now) if self.config.nack else False
+        repaired = self.nack.on_packet(seq, now) if self._nack_on else False
         result = self.jitter.insert(
             seq, timestamp, payload, now, retransmitted=repaired, duration=packet_ticks(payload)
         )
@@ -246,19 +251,22 @@ class ReceivePath:
     def tick(self, now: float) -> np.ndarray:
         """One playout period: decode what it needs, play (and hand out) exactly 20 ms."""
         self._apply_floor(now)
-        self.level.measure(self._queue.samples)
-        need = self.config.decode_ahead_frames * self._frame
-        while self._queue.samples < need:
-            self._queue.push(self._decode_next(now, need - self._queue.samples))
-        period = self._queue.take(self._frame)
+        queue = self._queue
+        self.level.measure(queue.samples)
+        need = self._need
+        while queue.samples < need:
+            queue.push(self._decode_next(now, need - queue.samples))
+        period = queue.take(self._frame)
         pcm = period.pcm
         pcm.flags.writeable = False
         self._account(period, now)
-        if self._periods < self.config.record_periods:
-            self._recording.append(pcm)
-        elif self.config.record_periods:
-            self._stats.unrecorded_periods += 1
-        main = period.main
+        if self._record_periods:
+            if self._periods < self._record_periods:
+                self._recording.append(pcm)
+            else:
+                self._stats.unrecorded_periods += 1
+        pieces = period.pieces
+        main = pieces[0] if len(pieces) == 1 else period.main  # (one slot: the common case)
         index = self._periods
         self._periods += 1
         played = None
@@ -291,19 +299,24 @@ class ReceivePath:
         return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap, peak)
 
     def _account(self, period: Period, now: float) -> None:
-        st = self._stats
-        if not period.has_slot:
-            if self._started_playing and any(
-                p.kind is FrameKind.UNDERRUN for p in period.pieces
-            ):
-                if not self._dry_periods:
-                    self._repairs_before_dry = self._repairs()
-                self._dry_periods += 1
+        pieces = period.pieces
+        if len(pieces) == 1:  # one slot, the common case: ``has_slot`` without a generator
+            item = pieces[0]
+            if item.kind not in _NOT_SLOTS:
+                self._stats.played += 1
+                if period.started:
+                    self._account_slot(item, now)
+                return
+        elif period.has_slot:
+            self._stats.played += 1
+            for item in period.started:
+                if item.is_slot:
+                    self._account_slot(item, now)
             return
-        st.played += 1
-        for item in period.started:
-            if item.is_slot:
-                self._account_slot(item, now)
+        if self._started_playing and any(p.kind is FrameKind.UNDERRUN for p in pieces):
+            if not self._dry_periods:
+                self._repairs_before_dry = self._repairs()
+            self._dry_periods += 1
 
     def _repairs(self) -> int:
         """Repairs that came (NACK answers and RED copies)."""
@@ -329,9 +342,11 @@ class ReceivePath:
         elif item.kind is FrameKind.CONCEALMENT_PACKET:
             st.concealed += 1
             st.concealment_packets += 1
-        if item.timestamp is not None and self._transit.minimum is not None:
-            media_time = self._tss.peek(item.timestamp) / RTP_CLOCK_RATE
-            self._delay.add(now - (media_time + self._transit.minimum))
+        if item.timestamp is not None:
+            minimum = self._transit.minimum
+            if minimum is not None:
+                media_time = self._tss.peek(item.timestamp) / RTP_CLOCK_RATE
+                self._delay.add(now - (media_time + minimum))
 
     # -- clock ----------------------------------------------------------------------------
 
