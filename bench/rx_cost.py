@@ -14,7 +14,10 @@ CPU (``time.thread_time`` read on the loop), the datagrams the uplinks received,
 loop CPU per received datagram and % of a core per talker. On a gateway without the fast path
 (main before issue 28's receive lever) every window is aiortc's: the same bench copied there
 measures the base. ``RX_COST_PROFILE=1`` prints a cProfile of each window (slower);
-``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to ``PREFIX.<mode>.<ns>``.
+``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to ``PREFIX.<mode>.<ns>``. Each window
+also says how often the shared ticker fired per datagram (``ticker_fires_per_datagram``) and,
+with ``RX_COST_COUNT_ITERATIONS=1``, the loop's iterations per datagram (a counting wrapper
+around its selector: a Python call more per iteration).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from gateway import aiortc_compat
 from gateway.api.app import create_app
 from gateway.api.routes import REGISTRY
 from gateway.config import GatewayConfig
+from gateway.media.ticker import _TICKERS
 from gateway.tts.registry import VoiceRegistry
 from gateway.tts.tone import ToneSynthesizer
 
@@ -47,6 +51,19 @@ WINDOW_S = float(os.environ.get("RX_COST_WINDOW_S", "10"))
 PAIRS = int(os.environ.get("RX_COST_PAIRS", "2"))
 WARMUP_S = 3.0
 HAS_FAST = hasattr(aiortc_compat, "receive_rtp_directly")
+ITERATIONS = [0]  # the loop's selector calls (RX_COST_COUNT_ITERATIONS=1)
+
+
+def count_iterations(loop: asyncio.AbstractEventLoop) -> None:
+    """Count the loop's iterations: one selector call each."""
+    selector = loop._selector  # type: ignore[attr-defined]
+    select = selector.select
+
+    def counted(timeout: float | None = None) -> Any:
+        ITERATIONS[0] += 1
+        return select(timeout)
+
+    selector.select = counted
 
 
 # --- the load generator (its own process) ----------------------------------------------------
@@ -119,6 +136,8 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
     cpu0, proc0, n0, t0 = time.thread_time(), time.process_time(), received(registry), \
         time.monotonic()
     user0, sys0 = thread_ticks()
+    ticker = _TICKERS.get(asyncio.get_running_loop())
+    fires0, iterations0 = (ticker.fired if ticker is not None else 0), ITERATIONS[0]
     profile = None
     if os.environ.get("RX_COST_PROFILE"):  # a deterministic profile of the window (slower)
         import cProfile
@@ -137,6 +156,8 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
     cpu, proc, n, wall = (time.thread_time() - cpu0, time.process_time() - proc0,
                           received(registry) - n0, time.monotonic() - t0)
     user, system = thread_ticks()
+    fires = (ticker.fired if ticker is not None else 0) - fires0
+    iterations = ITERATIONS[0] - iterations0
     tick = os.sysconf("SC_CLK_TCK")
     return {"mode": mode, "fast_sessions": fast, "datagrams": n, "wall_s": round(wall, 2),
             "loop_cpu_s": round(cpu, 4), "process_cpu_s": round(proc, 4),
@@ -144,6 +165,9 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
             "loop_us_per_datagram": round(1e6 * cpu / n, 2) if n else None,
             "loop_pct": round(100 * cpu / wall, 2),
             "loop_pct_per_talker": round(100 * cpu / wall / TALKERS, 2),
+            "ticker_fires_per_datagram": round(fires / n, 3) if n else None,
+            "loop_iterations_per_datagram": round(iterations / n, 3) if n and iterations
+            else None,
             "loadavg": os.getloadavg()[0]}
 
 
@@ -161,6 +185,8 @@ async def run() -> dict[str, Any]:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     registry = app[REGISTRY]
     registry.gc.freeze()
+    if os.environ.get("RX_COST_COUNT_ITERATIONS"):
+        count_iterations(asyncio.get_running_loop())
     modes = []
     for i in range(PAIRS):
         modes += ["fast", "aiortc"] if i % 2 == 0 else ["aiortc", "fast"]
@@ -194,7 +220,8 @@ async def run() -> dict[str, Any]:
                   f"{w['datagrams']:>6}  loop {w['loop_pct']:>6.2f} % of a core "
                   f"({w['loop_pct_per_talker']:.2f} % a talker)  "
                   f"{w['loop_us_per_datagram']:>7.2f} µs/datagram (user {w['loop_user_s']:.2f} s, "
-                  f"system {w['loop_system_s']:.2f} s)  load1 {w['loadavg']:.2f}",
+                  f"system {w['loop_system_s']:.2f} s)  fires {w['ticker_fires_per_datagram']}  "
+                  f"iterations {w['loop_iterations_per_datagram']}  load1 {w['loadavg']:.2f}",
                   flush=True)
     finally:
         if proc.returncode is None:

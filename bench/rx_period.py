@@ -1,19 +1,22 @@
 """Benchmark: one talker's receive path and hearing per 20 ms period, in process, hot caches.
 
 ``python -m bench.rx_period`` (``RX_PERIOD_N`` periods, default 3000; ``RX_PERIOD_SPEECH=1``
-for a voiced tone instead of silence; ``RX_PERIOD_PROFILE=tottime`` for a cProfile instead).
-The uplink's ``ReceivePath`` (``UPLINK_RECEIVE``) and a ``Duplex`` made as the gateway makes
-it (Silero VAD, the silence turn detector) get aiortc-encoded Opus (48 kHz stereo, as a
-client's microphone sends it) one packet and one playout period at a time: ``on_packet``,
-``tick``, the period's frame to ``Duplex.hear``. No network, no event loop in between, so the
-code and its data stay in cache: the figure is the Python and C work itself, stable to a few
-%, where bench.rx_cost's loop figure is that work on cold caches (3-4x more) plus SRTP, the
-socket, the downlink and the loop, and spreads 15 % from window to window.
+for a voiced tone instead of silence; ``RX_PERIOD_PROFILE=tottime`` for a cProfile instead;
+``RX_PERIOD_RATE=24000`` for an uplink decoded at 24 kHz and resampled, as before the 16 kHz
+decode). The uplink's ``ReceivePath`` (``UPLINK_RECEIVE`` at the listener's 16 kHz) and a
+``Duplex`` made as the gateway makes them (Silero VAD, the silence turn detector) get aiortc-
+encoded Opus (48 kHz stereo, as a client's microphone sends it) one packet and one playout
+period at a time: ``on_packet``, ``tick``, the period's frame to ``Duplex.hear``. No network,
+no event loop in between, so the code and its data stay in cache: the figure is the Python and
+C work itself, stable to a few %, where bench.rx_cost's loop figure is that work on cold caches
+(3-4x more) plus SRTP, the socket, the downlink and the loop, and spreads 15 % from window to
+window.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import fractions
 import os
 import time
@@ -23,7 +26,7 @@ import numpy as np
 from aiortc.codecs.opus import OpusEncoder
 
 from gateway.conversation.conversation import Conversation
-from gateway.conversation.duplex import UPLINK_RECEIVE, DuplexFactory, HearingOptions
+from gateway.conversation.duplex import ASR_RATE, UPLINK_RECEIVE, DuplexFactory, HearingOptions
 from gateway.media.opus_codec import EncoderSettings
 from gateway.receive.receive_path import ReceivePath
 from gateway.tts.tone import ToneSynthesizer
@@ -70,9 +73,10 @@ async def run() -> None:
     packets = payloads(count + 100, bool(os.environ.get("RX_PERIOD_SPEECH")))
     voice = ToneSynthesizer(name="tone", frequency=440.0, seconds=1.0, sample_rate=24_000)
     conversation = Conversation(EncoderSettings(), encode=False)
-    duplex = DuplexFactory(HearingOptions(), voice).make(conversation)
+    rate = int(os.environ.get("RX_PERIOD_RATE", str(ASR_RATE)))
+    duplex = DuplexFactory(HearingOptions(), voice).make(conversation, uplink_rate=rate)
     clock = _Clock()
-    path = ReceivePath(UPLINK_RECEIVE, ticker=clock)
+    path = ReceivePath(dataclasses.replace(UPLINK_RECEIVE, sample_rate=rate), ticker=clock)
     path.pcm.on_frame(lambda frame: duplex.hear(frame.pcm, frame.at))
 
     def periods(first: int, last: int) -> None:

@@ -27,7 +27,7 @@ FRAG = {"Content-Type": "application/trickle-ice-sdpfrag", "If-Match": "*"}
 
 class Talker:
     """A client whose microphone streams a quiet tone; what it sends (clear RTP, before SRTP)
-    and what the gateway's receive path got (``on_rtp``), both by (sequence, payload)."""
+    and what the gateway's receive path got (``on_packet``), both by (sequence, payload)."""
 
     def __init__(self, gateway: Any, drop_every: int = 0) -> None:
         self.gateway = gateway
@@ -60,14 +60,16 @@ class Talker:
         self.session = next(s for s in self.gateway.registry)
         await asyncio.wait_for(self.session.webrtc.connected.wait(), 5)
         uplink = self.session.webrtc.uplink
-        original = uplink.on_rtp
+        original = uplink.on_packet
 
-        def on_rtp(packet: Any, arrival_time_ms: int = 0) -> None:
-            self.got.append((packet.sequence_number, bytes(packet.payload)))
+        def on_packet(seq: int, timestamp: int, payload: bytes, ssrc: int, now: float, *,
+                      red: bool = False) -> None:
+            self.got.append((seq, bytes(payload)))
             self.arrived.set()
-            original(packet, arrival_time_ms)
+            original(seq, timestamp, payload, ssrc, now, red=red)
 
-        uplink.on_rtp = on_rtp  # the leg's tap looks it up per packet
+        # (the leg's tap is the path's bound ``on_rtp``, which looks this up per packet)
+        uplink.on_packet = on_packet
         return self.session
 
     async def wait_got(self, n: int, timeout: float = 10.0) -> None:
@@ -98,6 +100,9 @@ async def test_a_talker_takes_the_fast_path_and_the_same_packets_arrive_in_order
         await talker.wait_got(100)
         leg = session.webrtc
         assert leg.rx_fast_refusal is None and leg.rx_fast is not None
+        # a duplex session's uplink is decoded at its listener's 16 kHz, heard as it comes
+        assert leg.uplink.pcm.sample_rate == 16_000 == session.duplex.uplink_rate
+        assert session.duplex.frames_heard > 0
         assert leg.state()["rx_fast"]["packets"] >= 90
         in_order_after_first(talker.got, talker.sent)
         async with gateway.http.get(f"{gateway.url}/healthz") as r:

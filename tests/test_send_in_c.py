@@ -258,3 +258,31 @@ async def test_loss_that_turns_red_on_takes_the_stream_back_from_c(gateway, monk
         assert not stream.in_c
     finally:
         await pc.close()
+
+
+async def test_a_tick_sent_from_c_is_flushed_by_the_tick_alone(gateway, monkeypatch):
+    """The end-of-tick hook stages C's packets and flushes them itself: no ``call_soon``
+    flush behind it (it found nothing to send, a loop iteration of its own each tick)."""
+    from gateway.net import udp_mux
+
+    empty: list[bool] = []  # per flush: nothing was pending for that socket
+    original = udp_mux.UdpMux.flush
+
+    def flush(self: udp_mux.UdpMux) -> None:
+        empty.append(self not in udp_mux._PENDING)
+        original(self)
+
+    monkeypatch.setattr(udp_mux.UdpMux, "flush", flush)
+    client, session = await connected(gateway)
+    stream = session.webrtc.transmitter
+    try:
+        await asyncio.wait_for(_until(lambda: stream.in_c), 2)
+        await asyncio.sleep(0.1)
+        empty.clear()
+        start = client.capture.count
+        await asyncio.wait_for(client.capture.wait_packets(start + 25), 3)
+        assert stream.in_c
+        assert len(empty) >= 20
+        assert sum(empty) <= 3  # (an RTCP packet's own backstop, at most; it was one a tick)
+    finally:
+        await client.close()

@@ -12,7 +12,10 @@ consumes (``tap_rtp`` with ``bypass_decoder``: the gateway's uplink), the mux's
 
 - SRTP unprotect with the transport's own rx session (``_rx_srtp``: the same replay window, so a
   replayed or forged datagram is dropped exactly as aiortc drops it);
-- ``RtpPacket.parse`` with the transport's header extension map, routed by its ``RtpRouter``;
+- the RTP header read by ``parse_rtp`` (the fields the router, the receiver statistics and the
+  tap read; aiortc's ``RtpPacket.parse`` checks, its header extensions skipped, not decoded:
+  nothing on this path reads them -- checked at install), routed by the transport's
+  ``RtpRouter``;
 - the tap, then what aiortc's ``_handle_rtp_packet`` still does that matters for audio with the
   decoder bypassed: the active SSRCs and the receiver-report statistics (``StreamStatistics``,
   what its RTCP task reports). There is no NACK generator nor bitrate estimator for audio
@@ -28,6 +31,7 @@ aiortc's path. Private names used here are checked by ``_rx_fast_problems`` (che
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -40,6 +44,7 @@ import aiortc.rtcrtpreceiver
 import pylibsrtp
 from aiortc import RTCDtlsTransport, RTCIceTransport, RTCRtpReceiver
 from aiortc.clock import current_datetime
+from aiortc.rtcdtlstransport import RtpRouter
 from aiortc.rtp import RtpPacket
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection, _missing_names
@@ -61,6 +66,65 @@ _NACK_GENERATOR = "_RTCRtpReceiver__nack_generator"
 _BITRATE_ESTIMATOR = "_RTCRtpReceiver__remote_bitrate_estimator"
 _RECEIVER_ATTRS = ("_enabled", _KIND, _CODECS, _STREAMS, _ACTIVE_SSRC, _NACK_GENERATOR,
                    _BITRATE_ESTIMATOR, _RECEIVER_JITTER_BUFFER)
+#: An SSRC's "last packet" time for aiortc's ``getSynchronizationSources`` is refreshed at
+#: most this often (a ``datetime`` per packet was a few µs on the loop's cold caches; the
+#: sources it reports are those of the last 10 s)
+ACTIVE_SSRC_EVERY_S = 0.1
+_HEADER = struct.Struct("!BBHLL")  # (aiortc's RTP header layout)
+_HEADER_LENGTH = 12
+#: What an aiortc ``RtpPacket`` carries; ``RtpFields`` has the part of it the fast path's
+#: readers read (check_internals: aiortc's router and receiver statistics read no other)
+_PACKET_ATTRS = frozenset(vars(RtpPacket()))
+
+
+class RtpFields:
+    """An RTP packet as the fast path hands it on: the fields aiortc's ``RtpRouter.route_rtp``
+    and ``StreamStatistics.add`` and our tap read, under ``RtpPacket``'s names. No header
+    extensions: aiortc's parse decodes them into a ``HeaderExtensions`` for every packet (a
+    browser sends mid and audio level in each), which nothing on this path reads."""
+
+    __slots__ = ("marker", "padding_size", "payload", "payload_type", "sequence_number", "ssrc",
+                 "timestamp")
+
+    def __init__(self, marker: int, payload_type: int, sequence_number: int, timestamp: int,
+                 ssrc: int, payload: bytes, padding_size: int) -> None:
+        self.marker = marker
+        self.payload_type = payload_type
+        self.sequence_number = sequence_number
+        self.timestamp = timestamp
+        self.ssrc = ssrc
+        self.payload = payload
+        self.padding_size = padding_size
+
+
+def parse_rtp(data: bytes) -> RtpFields:
+    """``data``'s RTP header and payload, refused (ValueError) as aiortc's
+    ``RtpPacket.parse`` refuses them: too short, not version 2, a truncated CSRC list or
+    extension, a bad padding length. The CSRCs and the extension are stepped over."""
+    if len(data) < _HEADER_LENGTH:
+        raise ValueError("RTP packet length is less than 12 bytes")
+    first, m_pt, seq, timestamp, ssrc = _HEADER.unpack_from(data)
+    if first >> 6 != 2:
+        raise ValueError("RTP packet has invalid version")
+    pos = _HEADER_LENGTH + 4 * (first & 0x0F)
+    size = len(data)
+    if size < pos:
+        raise ValueError("RTP packet has truncated CSRC")
+    if first & 0x10:
+        if size < pos + 4:
+            raise ValueError("RTP packet has truncated extension profile / length")
+        pos += 4 + 4 * ((data[pos + 2] << 8) | data[pos + 3])
+        if size < pos:
+            raise ValueError("RTP packet has truncated extension value")
+    padding = 0
+    if first & 0x20:
+        padding = data[-1]
+        if not padding or padding > size - pos:
+            raise ValueError("RTP packet padding length is invalid")
+        payload = data[pos:-padding]
+    else:
+        payload = data[pos:]
+    return RtpFields(m_pt >> 7, m_pt & 0x7F, seq, timestamp, ssrc, payload, padding)
 
 
 def _rx_fast_problems() -> list[str]:
@@ -87,6 +151,14 @@ def _rx_fast_problems() -> list[str]:
     )
     if not callable(getattr(aiortc.rtcrtpreceiver, "StreamStatistics", None)):
         problems.append("aiortc.rtcrtpreceiver.StreamStatistics")
+    else:  # what they read of a packet, ``RtpFields`` has
+        readers = (("RtpRouter.route_rtp", getattr(RtpRouter, "route_rtp", None)),
+                   ("StreamStatistics.add",
+                    getattr(aiortc.rtcrtpreceiver.StreamStatistics, "add", None)))
+        for label, func in readers:
+            used = set(getattr(getattr(func, "__code__", None), "co_names", ()))
+            problems += [f"{label} reads RtpPacket.{name}, not in RtpFields"
+                         for name in sorted((used & _PACKET_ATTRS) - set(RtpFields.__slots__))]
     problems += _missing_names(getattr(aioice.ice.Connection, "data_received", None),
                                ("_queue",),
                                "aioice.Connection.data_received no longer queues to {}")
@@ -185,13 +257,13 @@ def _fast_receive(
     receiver_ref = weakref.ref(receiver)
     session = transport._rx_srtp
     unprotect = srtp_unprotector(session)
-    parse = RtpPacket.parse
     codecs: dict[int, Any] = getattr(receiver, _CODECS)
     streams: dict[int, Any] = getattr(receiver, _STREAMS)
     active: dict[int, Any] = getattr(receiver, _ACTIVE_SSRC)
     statistics = aiortc.rtcrtpreceiver.StreamStatistics
     now = time.time
     srtp_error = pylibsrtp.Error
+    stamp: list[Any] = [0.0, None]  # [when, current_datetime() then]: for ``active``
 
     def fast_receive(data: bytes) -> bool:
         first = data[0]
@@ -207,17 +279,18 @@ def _fast_receive(
         if dtls._transport._connection._queue.qsize():
             stats.queued_behind += 1  # earlier datagrams first: aiortc's task takes this too
             return False
-        size = len(data)
-        setattr(dtls, _RX_BYTES, getattr(dtls, _RX_BYTES) + size)
-        setattr(dtls, _RX_PACKETS, getattr(dtls, _RX_PACKETS) + 1)
-        arrival_ms = int((now() + _NTP_OFFSET_S) * 1000)  # as aiortc's clock.current_ms()
+        counters = vars(dtls)  # (its getStats counters, name-mangled: no getattr / setattr)
+        counters[_RX_BYTES] += len(data)
+        counters[_RX_PACKETS] += 1
+        t = now()
+        arrival_ms = int((t + _NTP_OFFSET_S) * 1000)  # as aiortc's clock.current_ms()
         try:
             clear = unprotect(data)
         except srtp_error:
             stats.srtp_dropped += 1
             return True
         try:
-            packet = parse(clear, dtls._rtp_header_extensions_map)
+            packet = parse_rtp(clear)
         except ValueError:
             stats.malformed += 1
             return True
@@ -226,8 +299,9 @@ def _fast_receive(
             stats.unrouted += 1
             return True
         if target is not rtp_receiver:  # (not at install: a receiver added since) aiortc's way
+            full = RtpPacket.parse(clear, dtls._rtp_header_extensions_map)
             task = asyncio.ensure_future(
-                target._handle_rtp_packet(packet, arrival_time_ms=arrival_ms))
+                target._handle_rtp_packet(full, arrival_time_ms=arrival_ms))
             _FOREIGN.add(task)
             task.add_done_callback(_FOREIGN.discard)
             return True
@@ -238,7 +312,9 @@ def _fast_receive(
         if not rtp_receiver._enabled:
             return True
         ssrc = packet.ssrc
-        active[ssrc] = current_datetime()
+        if t - stamp[0] >= ACTIVE_SSRC_EVERY_S or ssrc not in active:
+            stamp[0], stamp[1] = t, current_datetime()
+        active[ssrc] = stamp[1]
         codec = codecs.get(packet.payload_type)
         if codec is None:
             return True

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -201,7 +202,11 @@ class Duplex:
         pause_ms: int = 100,
         backoff_on_first_echo: bool = False,
         continue_ms: int = CONTINUE_MS,
+        uplink_rate: int = UPLINK_RATE,
     ) -> None:
+        """``uplink_rate``: the rate of the PCM ``hear`` is given (24 kHz, resampled to the
+        listener's 16 kHz by libsoxr; or 16 kHz, an uplink decoded at that rate: heard as
+        it comes)."""
         self.conversation = conversation
         self.continue_ms = continue_ms  # 0: a turn never continues the one before
         self._level_dbfs = -120.0  # the last frame heard (RMS), for the pause gate
@@ -226,7 +231,8 @@ class Duplex:
         self.events = conversation.events
         self.history = History(max_messages=2 * history_turns)
         self.turns: deque[Turn] = deque(maxlen=max_turns_kept)
-        self._resampler = Resampler(UPLINK_RATE, ASR_RATE)
+        self.uplink_rate = uplink_rate
+        self._resampler = Resampler(uplink_rate, ASR_RATE)  # (passes 16 kHz through)
         self._pending = np.zeros(0, dtype=np.int16)
         #: capture time minus listener stream time (``PcmFrame.at``), from a stream time on:
         #: one entry per jump of the uplink clock (a stall, skipped periods), not per frame
@@ -242,10 +248,14 @@ class Duplex:
 
     # -- hearing (called for every 20 ms the uplink plays: keep it cheap) --------------------
     def hear(self, pcm24k: np.ndarray, at: float | None = None) -> None:
-        """One uplink frame and when it was captured (``PcmFrame.at``; now if not given)."""
+        """One uplink frame and when it was captured (``PcmFrame.at``; now if not given), at
+        ``uplink_rate``: a 16 kHz period is the listener's frame as it is."""
         if self._closed:
             return
         at = time.monotonic() if at is None else at
+        if pcm24k.size == ASR_FRAME and self.uplink_rate == ASR_RATE and not self._pending.size:
+            self._hear_frame(pcm24k, at)  # (an uplink decoded at 16 kHz: every period)
+            return
         pcm = self._resampler.push(pcm24k)
         if not pcm.size:  # (libsoxr hands out blocks: every other 20 ms brings none)
             return
@@ -254,22 +264,29 @@ class Duplex:
         cut = pcm.size - pcm.size % ASR_FRAME
         self._pending = pcm[cut:]
         for start in range(0, cut, ASR_FRAME):
-            self.frames_heard += 1
-            self._clock(self.frames_heard * ASR_FRAME / ASR_RATE, at)
-            frame = pcm[start : start + ASR_FRAME]
-            if self._pausing:
-                # the mean square from the exact sum of squares (media/pcm_c.py: in C where
-                # built): the value ``np.mean(np.square(frame, dtype=np.float64))`` gives
-                power = sum_squares(frame) / ASR_FRAME / 32768.0 ** 2
-                self._level_dbfs = 10.0 * np.log10(power + 1e-12)
-            for event in self.listener.push(frame):
-                if isinstance(event, SpeechStarted) and self.speaking:
-                    self._overlap.add(self.listener.turn)
-                elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
-                    self.last_barge_in = (self._mono(event.started_at), time.monotonic())
-                    self.barge_in()
-            if self._pausing:
-                self._gate_frame()
+            self._hear_frame(pcm[start : start + ASR_FRAME], at)
+
+    def _hear_frame(self, frame: np.ndarray, at: float) -> None:
+        """One 20 ms frame at 16 kHz to the listener, the pause gate and barge-in."""
+        self.frames_heard += 1
+        self._clock(self.frames_heard * ASR_FRAME / ASR_RATE, at)
+        listener = self.listener
+        for event in listener.push(frame):
+            if isinstance(event, SpeechStarted) and self.speaking:
+                self._overlap.add(listener.turn)
+            elif isinstance(event, BargeIn) and self.speaking and not self._pausing:
+                self.last_barge_in = (self._mono(event.started_at), time.monotonic())
+                self.barge_in()
+        if self._pausing:
+            # the mean square from the exact sum of squares (media/pcm_c.py: in C where
+            # built), the value ``np.mean(np.square(frame, dtype=np.float64))`` gives; the
+            # VAD's gate measured this very frame (listen/vad.py): its sum, not a second one
+            vad = listener.vad
+            squares = vad.measured_squares if getattr(vad, "measured", None) is frame \
+                else sum_squares(frame)
+            power = squares / ASR_FRAME / 32768.0 ** 2
+            self._level_dbfs = 10.0 * math.log10(power + 1e-12)
+            self._gate_frame()
 
     def _gate_frame(self) -> None:
         """Pause the reply's playout on the onset of voice over it; cut it if the voice goes
@@ -730,9 +747,11 @@ class DuplexFactory:
         if start is not None:  # its child process up and warm before the first session
             await asyncio.to_thread(start)
 
-    def make(self, conversation: Conversation, turn_detector: str | None = None) -> Duplex:
+    def make(self, conversation: Conversation, turn_detector: str | None = None,
+             uplink_rate: int = UPLINK_RATE) -> Duplex:
         """``turn_detector``: this session's (default: the gateway's); ``Duplex.
-        set_turn_detector`` changes it later."""
+        set_turn_detector`` changes it later. ``uplink_rate``: the rate of what it will hear
+        (``Duplex``)."""
         from gateway.listen.vad import build_vad
 
         # The speculation decodes the segment as it would end, post-speech pad included: a
@@ -748,7 +767,7 @@ class DuplexFactory:
                         preempt=self.options.preemptive_reply,
                         pause_ms=self.options.barge_in_pause_ms,
                         backoff_on_first_echo=self.options.barge_in_backoff_on_first_echo,
-                        continue_ms=self.options.turn_continue_ms)
+                        continue_ms=self.options.turn_continue_ms, uplink_rate=uplink_rate)
         duplex.set_turn_detector(turn_detector or self.options.turn_detector,
                                  self.options.semantic_options())
         return duplex

@@ -216,10 +216,16 @@ class Listener:
         if self._closed:
             raise RuntimeError("the listener is closed")
         pcm = as_int16(frame)
-        events = self.detector.push(pcm, self.vad.probability(pcm))
-        self._handle(events)
-        self._speculate()
-        self._judge_pause()
+        detector = self.detector
+        events = detector.push(pcm, self.vad.probability(pcm))
+        if events:
+            self._handle(events)
+        # (each of these does nothing out of speech, a speculation or semantic endpointing:
+        # not called then, every frame of a pause)
+        if self._speculation is not None or detector.in_speech:
+            self._speculate()
+        if self._semantic is not None and self._judge is not None:
+            self._judge_pause()
         return events
 
     def flush(self) -> list[TurnEvent]:

@@ -93,6 +93,10 @@ class SileroVad:
         self._quiet_run = 0  # frames below the gate in a row
         self.windows = 0  # model runs so far (for cost accounting)
         self.gated = 0  # frames the gate answered without the model
+        #: the last int16 frame the gate measured and its exact sum of squares: the duplex
+        #: pause gate's level of the same frame reads it instead of measuring it again
+        self.measured: np.ndarray | None = None
+        self.measured_squares = 0
         self.reset()
 
     def reset(self) -> None:
@@ -130,7 +134,9 @@ class SileroVad:
         change the answer further out. Near the gate, and for float frames, the float32 dot."""
         if type(frame) is np.ndarray and frame.dtype is INT16:
             limit = self._gate * len(frame)
-            level = sum_squares(frame) / 32768.0 ** 2
+            squares = sum_squares(frame)
+            self.measured, self.measured_squares = frame, squares  # (the duplex's level too)
+            level = squares / 32768.0 ** 2
             if level < limit * (1.0 - _GATE_MARGIN):
                 return True
             if level > limit * (1.0 + _GATE_MARGIN):

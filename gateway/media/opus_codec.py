@@ -83,8 +83,13 @@ class OpusFrameEncoder:
         return [self.encode(frame) for frame in frames]
 
 
+#: The rates libopus decodes at (RFC 6716 §4: any packet, whatever its coded bandwidth)
+DECODE_RATES = (8_000, 12_000, 16_000, 24_000, 48_000)
+
+
 class OpusFrameDecoder:
-    """Decodes 24 kHz mono Opus packets to int16 PCM, with PLC and in-band FEC recovery.
+    """Decodes mono Opus packets to int16 PCM at ``sample_rate`` (24 kHz unless asked for
+    another of ``DECODE_RATES``), with PLC and in-band FEC recovery.
 
     libopus is called directly into one buffer per decoder, kept for its life
     (``pcm_c.OpusCall``: from C where built, else ctypes): opuslib's ``Decoder.decode``
@@ -94,9 +99,13 @@ class OpusFrameDecoder:
     decode's ``max |sample|`` (-1: not measured, the Python path).
     """
 
-    def __init__(self) -> None:
-        self._dec = opuslib.Decoder(SAMPLE_RATE, CHANNELS)
-        self._samples = np.zeros(MAX_DECODE_SAMPLES, dtype=np.int16)  # libopus writes here
+    def __init__(self, sample_rate: int = SAMPLE_RATE) -> None:
+        if sample_rate not in DECODE_RATES:
+            raise ValueError(f"libopus decodes at {DECODE_RATES} Hz, not {sample_rate}")
+        self.sample_rate = sample_rate
+        self._max = sample_rate * 120 // 1000  # the most one decode call returns
+        self._dec = opuslib.Decoder(sample_rate, CHANNELS)
+        self._samples = np.zeros(self._max, dtype=np.int16)  # libopus writes here
         self._call = OpusCall(opuslib.api.decoder.libopus_decode, self._dec.decoder_state,
                               self._samples)
 
@@ -105,15 +114,19 @@ class OpusFrameDecoder:
         return self._call.peak
 
     def _run(self, packet: bytes | None, samples: int, fec: int) -> np.ndarray:
-        if not 0 < samples <= MAX_DECODE_SAMPLES:  # (the buffer's size: libopus writes there)
-            raise ValueError(f"1..{MAX_DECODE_SAMPLES} samples per decode, not {samples}")
+        if not 0 < samples <= self._max:  # (the buffer's size: libopus writes there)
+            raise ValueError(f"1..{self._max} samples per decode, not {samples}")
         got = self._call.decode(packet, samples, fec)
         if got < 0:
             raise opuslib.OpusError(got)
         return self._samples[:got].copy()
 
     def decode(self, packet: bytes) -> np.ndarray:
-        return self._run(packet, MAX_DECODE_SAMPLES, 0)  # up to 120 ms per packet
+        """A packet's samples (up to 120 ms): ``_run`` written out, a talker's every period."""
+        got = self._call.decode(packet, self._max, 0)
+        if got < 0:
+            raise opuslib.OpusError(got)
+        return self._samples[:got].copy()
 
     def conceal(self, samples: int = FRAME_SAMPLES) -> np.ndarray:
         """Packet loss concealment for a missing frame (libopus PLC)."""

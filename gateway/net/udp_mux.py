@@ -380,11 +380,16 @@ class UdpMux:
         elif len(self._batch) >= sendmmsg.MAX_BATCH:
             self.flush()
 
-    def staged(self) -> None:
-        """The compiled path staged this socket's first datagram since the last flush."""
+    def staged(self, flushed_by_caller: bool = False) -> None:
+        """The compiled path staged this socket's first datagram since the last flush.
+        ``flushed_by_caller``: the caller runs ``flush_pending`` before it returns to the loop
+        (the end-of-tick hook, webrtc/in_c.py), so no ``call_soon`` flush as a backstop: it
+        found nothing to send and cost a loop iteration (a ``select`` call) of its own, about
+        every other tick of a talker (docs/density.md, "A talker's period, third pass")."""
         if self not in _PENDING:
             _PENDING.add(self)
-            self.loop.call_soon(self.flush)
+            if not flushed_by_caller:
+                self.loop.call_soon(self.flush)
 
     def _flush_compiled(self, compiled: sendpath.CompiledBatch) -> None:
         if self._sock is None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, RTP_TICKS_PER_FRAME
+from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.receive.frame_decoder import FrameKind
 from gateway.receive.jitter_buffer import JitterBuffer
 from gateway.receive.receive_config import ReceivePathConfig
@@ -43,6 +43,7 @@ def is_quiet(pcm: np.ndarray) -> bool:
 class LevelKeeper:
     def __init__(self, cfg: ReceivePathConfig, jitter: JitterBuffer, stats: ReceiveStats) -> None:
         self._cfg = cfg
+        self._frame = cfg.frame_samples  # a period's samples at the path's rate
         self._jitter = jitter
         self._stats = stats
         self._excess_periods = 0
@@ -54,7 +55,7 @@ class LevelKeeper:
     def measure(self, queued_samples: int) -> None:
         """Once per period: how long more (or less) than the target has stayed buffered."""
         jb = self._jitter
-        level = jb.depth_frames + queued_samples / FRAME_SAMPLES
+        level = jb.depth_frames + queued_samples / self._frame
         self._excess_frames = excess = level - jb.target_frames
         over = jb.playing and excess >= jb.packet_ticks / RTP_TICKS_PER_FRAME  # a packet more
         under = jb.playing and excess <= -1  # a frame less
@@ -72,12 +73,12 @@ class LevelKeeper:
             frames = max(1, math.floor(-self._excess_frames)) if deepening else 1
             self._short_periods = 0
             self._stats.stretched += frames
-            silence = np.zeros(frames * FRAME_SAMPLES, dtype=np.int16)
+            silence = np.zeros(frames * self._frame, dtype=np.int16)
             return Decoded(FrameKind.INSERTED, None, None, None, silence)
         item = self._note(pop(now, want))
-        excess = self._excess_frames * FRAME_SAMPLES  # samples
+        excess = self._excess_frames * self._frame  # samples
         # two packets or more too many (the burst floor came down): all of it in one pause
-        whole = excess >= 2 * self._jitter.packet_ticks * FRAME_SAMPLES / RTP_TICKS_PER_FRAME
+        whole = excess >= 2 * self._jitter.packet_ticks * self._frame / RTP_TICKS_PER_FRAME
         quiet = self.quiet_run >= (cfg.cut_pause_frames if whole else cfg.trim_pause_frames)
         if self._excess_periods >= cfg.trim_after_periods and quiet and item.pcm.size <= excess:
             # cut here, in silence, rather than let the jitter buffer drop a packet wherever

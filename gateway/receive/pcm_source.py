@@ -1,4 +1,5 @@
-"""The played audio as a source: 20 ms frames of 24 kHz s16 mono, pulled or pushed.
+"""The played audio as a source: 20 ms frames of s16 mono (24 kHz, or the receive path's
+``sample_rate``), pulled or pushed.
 
 Every playout period hands its frame to :class:`PcmSource`, which
 
@@ -9,9 +10,10 @@ Every playout period hands its frame to :class:`PcmSource`, which
   them short: a WAV writer, a resampler feeding a VAD). A callback that raises is logged and
   counted (``callback_errors``) and playout goes on.
 
-Frames are read-only arrays of exactly ``FRAME_SAMPLES`` (480) samples; silence during stalls
-and pauses is part of the stream, so the frames stay on the 20 ms clock. ``close()`` (by the
-receive path) ends the stream: ``wait`` and the iterator finish once the ring is drained.
+Frames are read-only arrays of exactly ``frame_samples`` (480 at 24 kHz) samples; silence
+during stalls and pauses is part of the stream, so the frames stay on the 20 ms clock.
+``close()`` (by the receive path) ends the stream: ``wait`` and the iterator finish once the
+ring is drained.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, SAMPLE_RATE
+from gateway.media.opus_codec import FRAME_MS, SAMPLE_RATE
 from gateway.receive.frame_decoder import FrameKind
 
 log = logging.getLogger(__name__)
@@ -42,16 +44,18 @@ class PcmFrame:
     at: float  # time.monotonic() when it was played
     kind: FrameKind  # what the period played (see PlayedPeriod)
     seq: int | None  # 16-bit seq of the newest packet in it (None: underrun, inserted)
-    pcm: np.ndarray  # FRAME_SAMPLES int16 samples at SAMPLE_RATE, read-only
+    pcm: np.ndarray  # frame_samples int16 samples at the source's sample_rate, read-only
 
 
 class PcmSource:
-    sample_rate = SAMPLE_RATE
-    frame_samples = FRAME_SAMPLES
+    sample_rate = SAMPLE_RATE  # (the class's: the default; an instance's is its path's)
+    frame_samples = SAMPLE_RATE * FRAME_MS // 1000
 
-    def __init__(self, ring_frames: int = 4) -> None:
+    def __init__(self, ring_frames: int = 4, sample_rate: int = SAMPLE_RATE) -> None:
         if ring_frames < 0:
             raise ValueError("ring_frames must be >= 0")
+        self.sample_rate = sample_rate
+        self.frame_samples = sample_rate * FRAME_MS // 1000
         self._ring: deque[PcmFrame] = deque()
         self._ring_frames = ring_frames
         self._callbacks: list[FrameCallback] = []

@@ -21,6 +21,11 @@ class PeriodWaiters:
         self._waiters: list[tuple[Predicate, asyncio.Future[None]]] = []
         self._closed = False
 
+    @property
+    def waiting(self) -> bool:
+        """Anyone waits (the playout makes a period's record only then, or for its log)."""
+        return bool(self._waiters)
+
     def notify(self, period: PlayedPeriod) -> None:
         if not self._waiters:
             return

@@ -122,11 +122,12 @@ class PlayoutClock:
         if generation != self._generation:
             return
         assert self._ticker is not None
-        if self._hops and self._ticker.now() - self._next_at > self._period_s / 2:
+        now = self._ticker.now()
+        if self._hops and now - self._next_at > self._period_s / 2:
             self.stats.late_wakeups += 1
             self._catch_up(generation, self._hops)
             return
-        self._run(generation)
+        self._run(generation, now)  # (the same clock read: nothing ran in between)
 
     def _catch_up(self, generation: int, hops: int) -> None:
         """One event-loop iteration per hop (each lets queued datagrams through), then play."""
@@ -144,9 +145,10 @@ class PlayoutClock:
         if self.stats.errors == 1 or self.stats.errors % 1000 == 0:
             log.exception("%s (%d errors so far)", what, self.stats.errors)
 
-    def _run(self, generation: int) -> None:
+    def _run(self, generation: int, now: float | None = None) -> None:
         assert self._ticker is not None
-        now = self._ticker.now()
+        if now is None:
+            now = self._ticker.now()
         if now - self._next_at > self._cover_s:
             missed = int((now - self._next_at) / self._period_s)
             self.stats.clock_stalls += 1

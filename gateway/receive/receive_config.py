@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.media.opus_codec import FRAME_MS
+from gateway.media.opus_codec import DECODE_RATES, FRAME_MS, SAMPLE_RATE
 from gateway.receive.frame_decoder import FrameKind
 
 PERIOD_S = FRAME_MS / 1000
@@ -15,10 +15,11 @@ class ReceivePathConfig:
     """Feature switches (``nack``, ``fec``), tuning, and what is kept of what was played.
 
     Nothing of the played audio is kept unless asked for: ``record_s`` keeps that many seconds
-    of PCM for ``ReceivePath.played_pcm()`` (20 ms of 24 kHz mono is 960 bytes: 60 s is about
-    2.9 MB), ``log_periods`` keeps the last that many :class:`PlayedPeriod` records in
-    ``ReceivePath.played``. Consumers of the audio as it plays read ``ReceivePath.pcm``, whose
-    ring holds ``pcm_ring_frames`` unread frames (0: callbacks only).
+    of PCM (at ``sample_rate``) for ``ReceivePath.played_pcm()`` (20 ms of 24 kHz mono is 960
+    bytes: 60 s is about 2.9 MB), ``log_periods`` keeps the last that many
+    :class:`PlayedPeriod` records in ``ReceivePath.played``. Consumers of the audio as it plays
+    read ``ReceivePath.pcm``, whose ring holds ``pcm_ring_frames`` unread frames (0: callbacks
+    only).
     """
 
     nack: bool = True
@@ -58,6 +59,9 @@ class ReceivePathConfig:
     record_s: float = 0.0  # seconds of played PCM kept for played_pcm() (0: none)
     log_periods: int = 0  # PlayedPeriod records kept in .played (0: none)
     pcm_ring_frames: int = 4  # unread frames ReceivePath.pcm holds before dropping the oldest
+    # the rate libopus decodes at, so the PCM's (24 kHz; a consumer that wants 16 kHz, the
+    # duplex's listener, has it decoded so rather than resampled: docs/density.md)
+    sample_rate: int = SAMPLE_RATE
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_frames <= self.max_frames:
@@ -81,6 +85,13 @@ class ReceivePathConfig:
             raise ValueError("need burst_start_frames >= 0 and burst_start_hold_s >= 0")
         if min(self.trim_pause_frames, self.cut_pause_frames) < 1:
             raise ValueError("need trim_pause_frames and cut_pause_frames >= 1")
+        if self.sample_rate not in DECODE_RATES:
+            raise ValueError(f"sample_rate must be one of {DECODE_RATES}")
+
+    @property
+    def frame_samples(self) -> int:
+        """Samples in a period (20 ms) at ``sample_rate``: 480 at 24 kHz, 320 at 16 kHz."""
+        return self.sample_rate * FRAME_MS // 1000
 
     @property
     def jitter_min_frames(self) -> int:

@@ -1,4 +1,5 @@
-"""Our own audio receive path: RTP in, 20 ms of 24 kHz PCM out on the playout clock.
+"""Our own audio receive path: RTP in, 20 ms of PCM out on the playout clock (24 kHz, or the
+config's ``sample_rate``: libopus decodes at it).
 
 Raw RTP (``on_rtp`` from a receiver tap, or ``on_packet``) feeds a loss tracker (sequence gaps),
 a :class:`NackGenerator` and an adaptive :class:`JitterBuffer`, each packet with its duration
@@ -53,10 +54,11 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from gateway.media.opus_codec import FRAME_SAMPLES, RTP_CLOCK_RATE
+from gateway.media.opus_codec import RTP_CLOCK_RATE
 from gateway.nack.generator import NackGenerator
 from gateway.nack.sender import NackSender, SendRtcp
 from gateway.receive.depth_policy import DepthPolicy
@@ -77,6 +79,7 @@ from gateway.rtp.seqnum import SEQ_MASK, Unwrapper, seq_diff
 __all__ = ["ReceivePath", "ReceivePathClosed", "ReceivePathConfig", "SendRtcp"]
 
 _PHASE_TOLERANCE_S = 0.002
+_NOT_SLOTS = (FrameKind.UNDERRUN, FrameKind.INSERTED)  # (``Decoded.is_slot``'s complement)
 
 
 class ReceivePath:
@@ -107,9 +110,14 @@ class ReceivePath:
         self.red = RedRecovery(self.jitter, self.nack)
         self.depth = DepthPolicy(cfg, self.jitter, self.nack, self.red)
         self._red_pt: int | None = None
-        self.decoder = FrameDecoder(fec=cfg.fec)
+        self.decoder = FrameDecoder(fec=cfg.fec, sample_rate=cfg.sample_rate)
+        self._frame = cfg.frame_samples  # a period's samples
+        # (read every period or packet: kept here, not computed from the config each time)
+        self._need = cfg.decode_ahead_frames * self._frame
+        self._record_periods = cfg.record_periods
+        self._nack_on = cfg.nack
         self.losses = LossTracker()
-        self.pcm = PcmSource(cfg.pcm_ring_frames)
+        self.pcm = PcmSource(cfg.pcm_ring_frames, cfg.sample_rate)
         self._nacks: NackSender | None = None
         if cfg.nack and send_rtcp is not None:
             self._nacks = NackSender(self.nack, send_rtcp, lambda: self.jitter.playout_seq,
@@ -158,17 +166,18 @@ class ReceivePath:
             self.depth.red_negotiated()
             self._apply_floor(self._now())
 
-    def on_rtp(self, packet: object, arrival_time_ms: int = 0) -> None:
-        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire; RFC 2198 RED
-        when its payload type is ``red_payload_type``."""
+    def on_rtp(self, packet: Any, arrival_time_ms: int = 0) -> None:
+        """Receiver tap (``aiortc_compat.tap_rtp``): one RTP packet off the wire (aiortc's
+        ``RtpPacket``, or the receive fast path's ``RtpFields``: int fields, a bytes payload,
+        read as they are); RFC 2198 RED when its payload type is ``red_payload_type``."""
         red_pt = self._red_pt
         self.on_packet(
-            int(packet.sequence_number),  # type: ignore[attr-defined]
-            int(packet.timestamp),  # type: ignore[attr-defined]
-            bytes(packet.payload),  # type: ignore[attr-defined]
-            int(packet.ssrc),  # type: ignore[attr-defined]
+            packet.sequence_number,
+            packet.timestamp,
+            packet.payload,
+            packet.ssrc,
             self._now(),
-            red=red_pt is not None and int(packet.payload_type) == red_pt,  # type: ignore[attr-defined]
+            red=red_pt is not None and packet.payload_type == red_pt,
         )
 
     def on_packet(
@@ -180,7 +189,7 @@ class ReceivePath:
             return
         st = self._stats
         st.received += 1
-        copies: list[RedCopy] = []
+        copies: list[RedCopy] | None = None
         if red:
             try:
                 payload, copies = split_red(payload, seq, timestamp)
@@ -200,7 +209,7 @@ class ReceivePath:
         arrival = self.losses.on_packet(seq)
         if arrival.gap:
             self.depth.on_gap(arrival.gap, now)
-        repaired = self.nack.on_packet(seq, now) if self.config.nack else False
+        repaired = self.nack.on_packet(seq, now) if self._nack_on else False
         result = self.jitter.insert(
             seq, timestamp, payload, now, retransmitted=repaired, duration=packet_ticks(payload)
         )
@@ -242,25 +251,32 @@ class ReceivePath:
     def tick(self, now: float) -> np.ndarray:
         """One playout period: decode what it needs, play (and hand out) exactly 20 ms."""
         self._apply_floor(now)
-        self.level.measure(self._queue.samples)
-        need = self.config.decode_ahead_frames * FRAME_SAMPLES
-        while self._queue.samples < need:
-            self._queue.push(self._decode_next(now, need - self._queue.samples))
-        period = self._queue.take(FRAME_SAMPLES)
+        queue = self._queue
+        self.level.measure(queue.samples)
+        need = self._need
+        while queue.samples < need:
+            queue.push(self._decode_next(now, need - queue.samples))
+        period = queue.take(self._frame)
         pcm = period.pcm
         pcm.flags.writeable = False
         self._account(period, now)
-        if self._periods < self.config.record_periods:
-            self._recording.append(pcm)
-        elif self.config.record_periods:
-            self._stats.unrecorded_periods += 1
-        main = period.main
-        played = PlayedPeriod(self._periods, now, main.kind, main.seq, main.payload)
+        if self._record_periods:
+            if self._periods < self._record_periods:
+                self._recording.append(pcm)
+            else:
+                self._stats.unrecorded_periods += 1
+        pieces = period.pieces
+        main = pieces[0] if len(pieces) == 1 else period.main  # (one slot: the common case)
+        index = self._periods
         self._periods += 1
-        if self._log is not None:
-            self._log.append(played)
-        self.pcm.push(PcmFrame(played.index, now, main.kind, main.seq, pcm))
-        self._waiters.notify(played)
+        played = None
+        if self._log is not None or self._waiters.waiting:  # (a record only for them)
+            played = PlayedPeriod(index, now, main.kind, main.seq, main.payload)
+            if self._log is not None:
+                self._log.append(played)
+        self.pcm.push(PcmFrame(index, now, main.kind, main.seq, pcm))
+        if played is not None:
+            self._waiters.notify(played)
         if self._nacks is not None and self.nack.missing:
             self._nacks.wake()  # retries are due on the playout clock
         return pcm
@@ -283,19 +299,24 @@ class ReceivePath:
         return Decoded(kind, result.seq, result.timestamp, payload, pcm, result.ts_gap, peak)
 
     def _account(self, period: Period, now: float) -> None:
-        st = self._stats
-        if not period.has_slot:
-            if self._started_playing and any(
-                p.kind is FrameKind.UNDERRUN for p in period.pieces
-            ):
-                if not self._dry_periods:
-                    self._repairs_before_dry = self._repairs()
-                self._dry_periods += 1
+        pieces = period.pieces
+        if len(pieces) == 1:  # one slot, the common case: ``has_slot`` without a generator
+            item = pieces[0]
+            if item.kind not in _NOT_SLOTS:
+                self._stats.played += 1
+                if period.started:
+                    self._account_slot(item, now)
+                return
+        elif period.has_slot:
+            self._stats.played += 1
+            for item in period.started:
+                if item.is_slot:
+                    self._account_slot(item, now)
             return
-        st.played += 1
-        for item in period.started:
-            if item.is_slot:
-                self._account_slot(item, now)
+        if self._started_playing and any(p.kind is FrameKind.UNDERRUN for p in pieces):
+            if not self._dry_periods:
+                self._repairs_before_dry = self._repairs()
+            self._dry_periods += 1
 
     def _repairs(self) -> int:
         """Repairs that came (NACK answers and RED copies)."""
@@ -321,9 +342,11 @@ class ReceivePath:
         elif item.kind is FrameKind.CONCEALMENT_PACKET:
             st.concealed += 1
             st.concealment_packets += 1
-        if item.timestamp is not None and self._transit.minimum is not None:
-            media_time = self._tss.peek(item.timestamp) / RTP_CLOCK_RATE
-            self._delay.add(now - (media_time + self._transit.minimum))
+        if item.timestamp is not None:
+            minimum = self._transit.minimum
+            if minimum is not None:
+                media_time = self._tss.peek(item.timestamp) / RTP_CLOCK_RATE
+                self._delay.add(now - (media_time + minimum))
 
     # -- clock ----------------------------------------------------------------------------
 
@@ -405,7 +428,8 @@ class ReceivePath:
         return self._log
 
     def played_pcm(self) -> np.ndarray:
-        """What was played (24 kHz mono int16), up to ``record_s`` (opt-in)."""
+        """What was played (mono int16 at ``config.sample_rate``), up to ``record_s``
+        (opt-in)."""
         if not self.config.record_periods:
             raise RuntimeError("recording is off: ReceivePathConfig(record_s=...)")
         if not self._recording:
@@ -430,7 +454,7 @@ class ReceivePath:
             jitter_ms=jb.jitter_ms,
             target_frames=jb.target_frames,
             depth_frames=jb.depth,
-            pcm_frames=self._queue.samples // FRAME_SAMPLES,
+            pcm_frames=self._queue.samples // self._frame,
             recovered_red=self.red.counts.recovered,
             red_packets=self.red.counts.packets,
             red_late=self.red.counts.late,

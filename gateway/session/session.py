@@ -22,8 +22,9 @@ from aiortc import RTCConfiguration
 
 from gateway.conversation import teardown
 from gateway.conversation.conversation import Conversation
-from gateway.conversation.duplex import Duplex, DuplexFactory
+from gateway.conversation.duplex import ASR_RATE, Duplex, DuplexFactory
 from gateway.conversation.options import SessionOptions
+from gateway.media.opus_codec import SAMPLE_RATE
 from gateway.net.udp_mux import MuxGroup
 from gateway.speech.phrase_cache import PhraseCache
 from gateway.speech.speaker import Speaker
@@ -82,7 +83,9 @@ class Session(teardown.ClosesOnce):
         conversation = Conversation(
             options.encoder, options.max_pending_utterances, phrase_cache
         )
-        leg = WebRtcLeg(rtc_config, options, summary, udp_mux)
+        # a duplex session's uplink is decoded at its listener's 16 kHz (no resampling)
+        leg = WebRtcLeg(rtc_config, options, summary, udp_mux,
+                        uplink_rate=ASR_RATE if duplex is not None else SAMPLE_RATE)
         session = cls(conversation, leg, on_closed, session_id)
         leg.attach(conversation)
         try:
@@ -91,7 +94,7 @@ class Session(teardown.ClosesOnce):
             await session.close("negotiation failed")
             raise
         if leg.uplink is not None and duplex is not None:
-            session.duplex = duplex.make(conversation)
+            session.duplex = duplex.make(conversation, uplink_rate=leg.uplink.pcm.sample_rate)
             leg.uplink.pcm.on_frame(lambda frame: session.duplex.hear(frame.pcm, frame.at)
                                     if session.duplex is not None else None)
             session.duplex.start()

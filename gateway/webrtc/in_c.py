@@ -90,7 +90,7 @@ class HeldInC:
                     now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
                 )
                 if staged:
-                    mux.staged()
+                    mux.staged(flushed_by_caller=True)  # (end_of_tick flushes: no call_soon)
                 if due < earliest:
                     earliest = due
                 if consumed is not None:

@@ -11,6 +11,7 @@ is ``sendonly`` (a listener); ``sendrecv`` is answered once the session is to he
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import secrets
 import time
@@ -28,7 +29,7 @@ from gateway.conversation.events import Event
 from gateway.conversation.options import SessionOptions
 from gateway.media.fanout import SinkPolicy
 from gateway.media.frame_queue import FrameQueue
-from gateway.media.opus_codec import silence_packet
+from gateway.media.opus_codec import SAMPLE_RATE, silence_packet
 from gateway.media.ticker import shared_ticker
 from gateway.nack.store import FrameStore
 from gateway.net.udp_mux import MuxGroup
@@ -62,8 +63,12 @@ class WebRtcLeg:
         options: SessionOptions,
         offer: OfferSummary,
         udp_mux: MuxGroup | None = None,
+        uplink_rate: int = SAMPLE_RATE,
     ) -> None:
+        """``uplink_rate``: the rate the uplink is decoded at (``uplink.pcm``): 24 kHz, or
+        the 16 kHz of a duplex session's listener (no resampling per period)."""
         self.pc = RTCPeerConnection(rtc_config)
+        self.uplink_rate = uplink_rate
         aiortc_compat.share_certificate(self.pc)  # one per process, not 6.4 KB a session
         self.udp_mux = udp_mux
         self.options = options
@@ -173,11 +178,14 @@ class WebRtcLeg:
         async def send_rtcp(data: bytes) -> bool:
             return await aiortc_compat.send_receiver_rtcp(receiver, data)
 
+        config = UPLINK_RECEIVE
+        if config.sample_rate != self.uplink_rate:
+            config = dataclasses.replace(config, sample_rate=self.uplink_rate)
         path = ReceivePath(
-            UPLINK_RECEIVE, send_rtcp,
+            config, send_rtcp,
             lambda: aiortc_compat.receiver_rtcp_ssrc(receiver),
         )
-        aiortc_compat.tap_rtp(receiver, lambda packet, at: path.on_rtp(packet))
+        aiortc_compat.tap_rtp(receiver, path.on_rtp)  # (packet, arrival_time_ms)
         path.start()
         self.uplink = path
 

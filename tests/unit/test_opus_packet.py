@@ -63,3 +63,20 @@ def test_flag_bit_of_one_frame_packets():
     assert has_lbrr(bytes([9 << 3, 0x40])) and not has_lbrr(bytes([9 << 3, 0x80]))
     # 60 ms SILK: three VAD flags, then LBRR
     assert has_lbrr(bytes([11 << 3, 0x10])) and not has_lbrr(bytes([11 << 3, 0xE0]))
+
+
+def test_packet_ticks_from_the_toc_is_libopus_s_for_every_toc_and_count() -> None:
+    """The table read of the TOC byte (no ctypes call per packet) answers as libopus's
+    ``opus_packet_get_nb_samples``: every TOC, every code 3 frame count, short packets."""
+    from gateway.receive.opus_packet import libopus_packet_ticks, packet_ticks
+
+    cases = [b""]
+    for toc in range(256):
+        cases.append(bytes([toc]))
+        cases.append(bytes([toc, 0]) + b"\x01" * 8)
+        if toc & 3 == 3:
+            cases += [bytes([toc, count]) + b"\x01" * 8 for count in range(256)]
+    assert [packet_ticks(c) for c in cases] == [libopus_packet_ticks(c) for c in cases]
+    assert packet_ticks(bytes([0b11111_000])) == 960  # CELT FB 20 ms
+    assert packet_ticks(bytes([0b01111_011, 6])) == 6 * 960  # hybrid 20 ms x 6: 120 ms
+    assert packet_ticks(bytes([0b01111_011, 7])) is None  # 140 ms: refused
