@@ -47,6 +47,8 @@ class Conversation:
         self.speaker.observer = self._on_utterance
         self._texts: dict[Utterance, str] = {}  # what each unfinished utterance says
         self._heard: dict[Utterance, Heard] = {}  # as heard when it was cut
+        #: the furthest each unfinished utterance was played (``played_ms`` never goes back)
+        self._played: dict[Utterance, float] = {}
         self.paused = False
         self.sinks: dict[str, AudioSink] = {}
         # words are computed only while the events have a listener that takes them
@@ -90,7 +92,17 @@ class Conversation:
         if delivery is None or sink is None:
             return None
         position = played(delivery, sink, time.monotonic() if now is None else now)
-        return None if position is None else position.played_ms
+        if position is None:
+            return None
+        # What was heard is not un-heard: the listener's delay follows each RTT sample (a
+        # receiver report read late reads long), so the position computed now can fall behind
+        # one computed before -- the words already published as heard, or a cut after them.
+        furthest = self._played.get(utterance, 0.0)
+        if position.played_ms <= furthest:
+            return furthest
+        if utterance.state not in FINAL_STATES:
+            self._played[utterance] = position.played_ms
+        return position.played_ms
 
     def say(
         self,
@@ -150,6 +162,7 @@ class Conversation:
         if state in FINAL_STATES:
             self._texts.pop(utterance, None)
             self._heard.pop(utterance, None)
+            self._played.pop(utterance, None)
 
     def _publish_word(self, utterance: Utterance, word: WordTiming) -> None:
         self._events.publish("word", utterance=utterance.id, word=word.word,

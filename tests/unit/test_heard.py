@@ -62,3 +62,31 @@ def test_heard_reports_sent_and_played():
     assert h is not None and not h.exact
     assert h.played_ms == pytest.approx(500.0)
     assert h.sent_ms == pytest.approx(1000.0)
+
+
+def test_a_conversation_never_reports_less_heard_than_before():
+    """The listener's delay follows each RTT sample, so a receiver report read late (a long
+    RTT) would move the played position back behind words already published as heard, or a
+    cut below them: ``Conversation.played_ms`` keeps the furthest position per utterance
+    until the utterance ends."""
+    from gateway.conversation.conversation import Conversation
+    from gateway.media.opus_codec import EncoderSettings
+    from gateway.speech.utterance import Utterance, UtteranceState
+
+    conversation = Conversation(EncoderSettings())
+    sink = Sink(0.05)
+    conversation.sinks["s"] = sink  # type: ignore[assignment]
+    utterance = Utterance("some words", "tone")
+    utterance.state = UtteranceState.PLAYING
+    delivery = utterance.delivery("s")
+    delivery.frames, delivery.first_at, delivery.last_at = 50, 10.0, 10.98
+    first = conversation.played_ms(utterance, now=11.0)
+    assert first == pytest.approx(950.0)
+    sink.delay = 0.35  # one long RTT sample
+    assert played(delivery, sink, 11.0).played_ms == pytest.approx(650.0)  # (what it computes)
+    assert conversation.played_ms(utterance, now=11.0) == pytest.approx(first)
+    assert conversation.played_ms(utterance, now=11.25) == pytest.approx(first)
+    assert conversation.played_ms(utterance, now=11.4) == pytest.approx(1000.0)  # on again
+    utterance.state = UtteranceState.DONE
+    conversation._on_utterance(utterance, UtteranceState.DONE)
+    assert utterance not in conversation._played  # (kept until it ends, no longer)
