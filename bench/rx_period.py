@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import fractions
 import os
 import time
 
-import av
 import numpy as np
-from aiortc.codecs.opus import OpusEncoder
 
 from gateway.conversation.conversation import Conversation
 from gateway.conversation.duplex import ASR_RATE, UPLINK_RECEIVE, DuplexFactory, HearingOptions
 from gateway.media.opus_codec import EncoderSettings
 from gateway.receive.receive_path import ReceivePath
+from gateway.testing.mic_track import opus_packets
 from gateway.tts.tone import ToneSynthesizer
 
 
@@ -53,19 +51,12 @@ class _Clock:
 
 def payloads(count: int, speech: bool) -> list[bytes]:
     """What aiortc's encoder makes of 20 ms frames of silence (or a voiced 220 Hz tone)."""
-    encoder = OpusEncoder()
-    out = []
+    frames = []
     for i in range(count):
         t = (np.arange(960) + i * 960) / 48_000
         wave = 3000 * np.sin(2 * np.pi * 220 * t) * (1 + np.sin(2 * np.pi * 3 * t))
-        mono = wave.astype(np.int16) if speech else np.zeros(960, dtype=np.int16)
-        frame = av.AudioFrame.from_ndarray(np.repeat(mono, 2).reshape(1, -1), format="s16",
-                                           layout="stereo")
-        frame.sample_rate, frame.pts = 48_000, i * 960
-        frame.time_base = fractions.Fraction(1, 48_000)
-        packets, _ = encoder.encode(frame)
-        out.append(bytes(packets[0]))
-    return out
+        frames.append(wave.astype(np.int16) if speech else np.zeros(960, dtype=np.int16))
+    return opus_packets(frames)
 
 
 async def run() -> None:

@@ -19,6 +19,22 @@ from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 FRAME_S = 0.020
 
 
+def opus_packets(frames48: list[np.ndarray]) -> list[bytes]:
+    """What aiortc's Opus encoder (a browser's stand-in) sends for 20 ms frames of 48 kHz mono
+    int16 audio, each given as stereo as a capture device gives it: one packet a frame."""
+    from aiortc.codecs.opus import OpusEncoder
+
+    encoder, out = OpusEncoder(), []
+    for i, mono in enumerate(frames48):
+        frame = av.AudioFrame.from_ndarray(np.repeat(mono, 2).reshape(1, -1), format="s16",
+                                           layout="stereo")
+        frame.sample_rate, frame.pts = 48_000, i * 960
+        frame.time_base = fractions.Fraction(1, 48_000)
+        packets, _ = encoder.encode(frame)
+        out.append(bytes(packets[0]))
+    return out
+
+
 class RecordedMic(MediaStreamTrack):
     kind = "audio"
 

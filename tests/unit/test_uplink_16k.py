@@ -5,12 +5,9 @@ path's periods, concealment and FEC at that rate, and ``Duplex.hear`` taking it 
 from __future__ import annotations
 
 import dataclasses
-import fractions
 
-import av
 import numpy as np
 import pytest
-from aiortc.codecs.opus import OpusEncoder
 
 from gateway.conversation.conversation import Conversation
 from gateway.conversation.duplex import (
@@ -25,6 +22,7 @@ from gateway.media.resample import Resampler
 from gateway.receive.frame_decoder import ticks_to_samples
 from gateway.receive.receive_config import ReceivePathConfig
 from gateway.receive.receive_path import ReceivePath
+from gateway.testing.mic_track import opus_packets
 from gateway.tts.tone import ToneSynthesizer
 from tests.opus_streams import encode, packetize, run, speechy
 
@@ -32,16 +30,7 @@ from tests.opus_streams import encode, packetize, run, speechy
 def browser_packets(pcm24: np.ndarray) -> list[bytes]:
     """What a client's Opus encoder sends for ``pcm24`` (aiortc's: 48 kHz stereo in)."""
     pcm48 = Resampler(24_000, 48_000).push(pcm24.astype(np.int16))
-    encoder, out = OpusEncoder(), []
-    for i in range(pcm48.size // 960):
-        mono = pcm48[i * 960 : (i + 1) * 960]
-        frame = av.AudioFrame.from_ndarray(np.repeat(mono, 2).reshape(1, -1), format="s16",
-                                           layout="stereo")
-        frame.sample_rate, frame.pts = 48_000, i * 960
-        frame.time_base = fractions.Fraction(1, 48_000)
-        packets, _ = encoder.encode(frame)
-        out.append(bytes(packets[0]))
-    return out
+    return opus_packets([pcm48[i * 960 : (i + 1) * 960] for i in range(pcm48.size // 960)])
 
 
 def band_snr_db(reference: np.ndarray, other: np.ndarray, low: float, high: float) -> float:
