@@ -39,6 +39,7 @@ from aiortc import RTCRtpSender
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
 
 from gateway import aiortc_compat
+from gateway.conversation.options import SessionOptions
 from gateway.media.frames import FrameOwner
 from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.media.ticker import Ticker
@@ -55,11 +56,11 @@ DTX_EVERY = 20  # idle slots per DTX packet (400 ms, as libopus/libwebrtc send t
 DTX_HANGOVER = 10  # silent frames sent after speech before DTX (200 ms, libopus's own)
 # RTCP sender reports, sent from the tick instead of aiortc's task per session: the first
 # after 0.5-1.5 s (as aiortc's loop: the receiver's clock mapping and our RTT early), then at
-# the stream's ``report_interval_s`` (libwebrtc's 5 s for audio by default; aiortc's 1 s cost
-# a thousand Python visits a second at 1,000 streams), each interval varied by 0.5-1.5x
-# (RFC 3550 §6.3.1)
+# the stream's ``report_interval_s`` (the session option's default: libwebrtc's 5 s for audio;
+# aiortc's 1 s cost a thousand Python visits a second at 1,000 streams), each interval varied
+# by 0.5-1.5x (RFC 3550 §6.3.1)
 FIRST_REPORT_S = 1.0
-REPORT_INTERVAL_S = 5.0
+REPORT_INTERVAL_S = SessionOptions().rtcp_report_interval_s
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
 
