@@ -192,6 +192,32 @@ async def test_an_interrupt_takes_back_the_frame_fed_to_c(gateway):
         await client.close()
 
 
+async def test_a_reader_of_the_played_position_counts_what_c_sent(gateway):
+    """C's sends are recorded once a run (its fed frames down to ``FED_LOW``); a reader of how
+    far the listener has played -- word events, a cut, what was heard -- records them first,
+    so an utterance's frames are the ones C sent by then, not the last visit's count."""
+    client, session = await connected(gateway)
+    stream = session.webrtc.transmitter
+    try:
+        await client.capture.wait_packets(5)
+        result = await client.say("a long sentence counted as it goes " * 6, voice="tone")
+        utterance = session.speaker.get(result.utterance["id"])
+        assert utterance is not None
+
+        def heard() -> int:
+            return len(speech(client.capture.packets, stream.silence))
+
+        await client.capture.wait_until(lambda: heard() >= 10)
+        for _ in range(12):  # at different points between C's reports
+            assert stream.in_c
+            captured = heard()
+            session.conversation.played_ms(utterance)
+            assert captured <= utterance.primary.frames <= heard() + 5
+            await asyncio.sleep(0.03)
+    finally:
+        await client.close()
+
+
 async def test_a_moved_ice_pair_takes_the_stream_back_at_once(gateway, monkeypatch):
     """C sends on the pair it was handed with; a new nominated pair (an ICE restart) takes
     the stream back the moment aioice sets it (``aiortc_compat.NominatedPairs``) -- not at

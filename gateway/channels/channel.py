@@ -44,6 +44,9 @@ class AirSink:
     def listener_delay_s(self) -> float:
         return DEFAULT_PLAYOUT_ALLOWANCE_S
 
+    def record_sent(self) -> None:
+        """(The air records each frame as it goes.)"""
+
 
 class Channel(Broadcast):
     def __init__(

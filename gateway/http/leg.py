@@ -97,6 +97,9 @@ class HttpStreamLeg:
         written; asap: unknown (the reader may buffer any amount)."""
         return self.options.lead_s if self.options.pace == "live" else None
 
+    def record_sent(self) -> None:
+        """(Each write is recorded as it goes.)"""
+
     async def run(
         self, utterance: Utterance, write: Write, write_now: WriteNow | None = None
     ) -> None:

@@ -51,6 +51,12 @@ class AudioSink(Protocol):
         """Seconds from a frame's send to its playout at the listener; ``None``: unknown."""
         ...
 
+    def record_sent(self) -> None:
+        """Bring what its deliveries record of their sends up to date, for a reader of their
+        progress: a WebRTC stream sent from C records the frames C sent once a run of them
+        (webrtc/fed_frames.py), so its owners' ``frames`` / ``last_at`` lag until then."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Played:
@@ -80,6 +86,7 @@ def played_ms(sent: SentFrames, delay_s: float, now: float) -> float:
 
 def played(sent: SentFrames, sink: AudioSink, now: float) -> Played | None:
     """``sent``'s played position at ``sink``'s listener, or ``None`` where it is unknown."""
+    sink.record_sent()  # (the frames already sent count: word events, a cut, what was heard)
     delay = sink.listener_delay_s()
     if delay is None:
         return None

@@ -41,7 +41,7 @@ MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.p
 MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
 PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest seq, recorded
 FEED_MAX = 1275  # bytes of a fed speech frame: Opus's largest packet (RFC 6716 §3.4, R2)
-FED_SLOTS = 16  # speech frames fed ahead to a stream C sends (gw_feed_run): 320 ms
+FED_SLOTS = 24  # speech frames fed ahead to a stream C sends (gw_feed_run): 480 ms
 FED_LOW = 4  # ... fed frames left when C asks for more (its handle in gw_consumed)
 
 _CDEF = """
@@ -86,6 +86,7 @@ _SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
 #include <sys/uio.h>
 
 #define GW_SLOT 1536
@@ -131,7 +132,7 @@ struct gw_stream {
     int header_len;
     int ast_at;
     void *srtp;
-    struct sockaddr_storage addr;
+    struct sockaddr_in6 addr;  /* (an IPv4 or IPv6 peer; not sockaddr_storage's 128 bytes) */
     socklen_t addr_len;
     /* what the sender's RTCP reports count, since the last take: packets and payload octets
        staged, and the last packet's RTP timestamp and NTP send time */

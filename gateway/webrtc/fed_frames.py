@@ -5,7 +5,7 @@ time, one owner's run per C call, laid end to end in one buffer that C reads the
 one a due slot and writes each packet's fields in the store's ring; it asks for the stream when
 its fed frames fall to ``FED_LOW`` or run out, or when a new owner's first frame went. Only then
 does Python take what was sent (``sent``: the store's refs, the owners told once a run, RED's
-history) and feed more -- one Python visit per dozen packets of a long utterance, not one a
+history) and feed more -- one Python visit per 20 packets of a long utterance, not one a
 packet (docs/density.md, "Speech fed ahead"). The frames and their buffers stay here until C
 has sent them and they are taken, or are taken back (``take_back``: a queue held or cleared, the
 stream back on the tick) and queued again at the front, in order.

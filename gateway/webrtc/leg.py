@@ -134,6 +134,10 @@ class WebRtcLeg:
         rtt = self.retransmitter.rtt_s or 0.0
         return rtt / 2 + self.options.playout_allowance_s
 
+    def record_sent(self) -> None:
+        """What C sent of the fed speech frames, recorded now (their owners told)."""
+        self.transmitter.record_from_c()
+
     async def negotiate(self, offer_sdp: str) -> str:
         """Answer ``offer_sdp`` (raises SdpRejected); the leg then waits for ICE and DTLS."""
         pc = self.pc

@@ -126,16 +126,18 @@ def test_frames_fed_ahead_count_against_the_queues_bound():
     """Synthesis stays at most ``maxsize`` frames ahead of what went out: frames fed to C
     still count (``FrameQueue.ahead``) until sent or taken back."""
     a = Owner()
-    queue = FrameQueue(20, low_water=10)
-    assert queue.offer([b"x"] * 30, a, 0) == 20
+    size = FED_SLOTS + 4
+    queue = FrameQueue(size, low_water=size // 2)
+    assert queue.offer([b"x"] * (size + 10), a, 0) == size
     fed = FedFrames()
     fed.feed(queue, FakeC())
-    assert len(queue) == 20 - FED_SLOTS and queue.ahead == FED_SLOTS
-    assert queue.offer([b"y"], a, 20) == 0  # full: queued + ahead
+    assert len(queue) == 4 and queue.ahead == FED_SLOTS
+    assert queue.offer([b"y"], a, size) == 0  # full: queued + ahead
     woken: list[int] = []
     queue.when_space(lambda: woken.append(1))
     fed.sent(5, 0, 1.0, queue, FrameStore(), None)
-    assert not woken  # 4 queued + 11 ahead: above low water
-    fed.sent(5, 5, 1.1, queue, FrameStore(), None)
-    assert woken == [1]  # 4 + 6 = low water: the producer's turn
-    assert fed.take_back(queue) == 6 and queue.ahead == 0 and len(queue) == 10
+    assert not woken  # 4 queued + FED_SLOTS - 5 ahead: above low water
+    fed.sent(FED_SLOTS - 1 - size // 2, 5, 1.1, queue, FrameStore(), None)
+    assert woken == [1]  # queued + ahead = low water: the producer's turn
+    back = size // 2 - 4  # fed, not sent
+    assert fed.take_back(queue) == back and queue.ahead == 0 and len(queue) == size // 2

@@ -22,6 +22,9 @@ class Sink:
     def listener_delay_s(self):
         return self.delay
 
+    def record_sent(self):
+        pass
+
 
 def paced(frames, start=10.0):
     return Sent(frames, start, start + (frames - 1) * FRAME_S)
