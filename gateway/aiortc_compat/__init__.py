@@ -67,7 +67,10 @@ Touched:
   ``Connection._check_list_state`` / ``_queue``: slimmed by the caller's ``slim_queue``,
   ``_early_checks`` / ``_early_checks_done``: the deque dropped once ``connect`` ran them;
   ``RTCPeerConnection.__certificates``: ``share_certificate`` gives every session the process's
-  DTLS certificate (≈ 6.4 KB of OpenSSL memory a session).
+  DTLS certificate (≈ 6.4 KB of OpenSSL memory a session); ``RTCPeerConnection.
+  __currentLocalDescription`` / ``__currentRemoteDescription`` (read by ``__localDescription``
+  / ``__remoteDescription``): ``pack_descriptions`` keeps them as compressed pickles until read
+  (descriptions.py: ≈ 20-26 KB of parsed SDP a session).
 - ``RTCRtpSender._run_rtcp`` (replaced per instance before aiortc starts the sender),
   ``_send_rtcp``, ``_ssrc``, ``__cname``, the SR counters, ``__lsr`` / ``__lsr_time``,
   ``__rtcp_started`` / ``__rtcp_exited``: ``park_sender_reports`` / ``sender_report``
@@ -91,6 +94,11 @@ from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender
 
 from gateway.aiortc_compat.consent import *  # noqa: F403
 from gateway.aiortc_compat.consent import _consent_problems
+from gateway.aiortc_compat.descriptions import (  # noqa: F401
+    PackedDescription,
+    _descriptions_problems,
+    pack_descriptions,
+)
 from gateway.aiortc_compat.dtls import *  # noqa: F403
 from gateway.aiortc_compat.ice import *  # noqa: F403
 from gateway.aiortc_compat.ice import (
@@ -148,6 +156,7 @@ def check_internals() -> list[str]:
     problems.extend(_report_problems())
     problems.extend(_teardown_problems())
     problems.extend(_memory_problems())
+    problems.extend(_descriptions_problems())
     problems.extend(_mux_problems())
     problems.extend(_consent_problems())
     problems.extend(_check_pacing_problems())

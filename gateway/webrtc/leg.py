@@ -173,7 +173,9 @@ class WebRtcLeg:
             self._hear(transceiver.receiver)
         self.answered_at = time.monotonic()
         self._watch()
-        return pc.localDescription.sdp
+        answer_sdp = pc.localDescription.sdp
+        aiortc_compat.pack_descriptions(pc)  # kept packed until read (≈ 20-26 KB a session)
+        return answer_sdp
 
     def _hear(self, receiver: Any) -> None:
         """The uplink through the same receive path as the headless client (jitter buffer,
@@ -281,6 +283,7 @@ class WebRtcLeg:
             await self.pc.addIceCandidate(candidate)
         if end:
             await self.pc.addIceCandidate(None)
+        aiortc_compat.pack_descriptions(self.pc)  # (addIceCandidate unpacked the offer)
 
     async def close(self) -> None:
         """Stop sending and close the peer connection (each step runs whatever the others do)."""
