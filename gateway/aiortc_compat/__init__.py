@@ -50,8 +50,13 @@ Touched:
   and SRTP are untouched.
 - aioice ``Connection.query_consent`` (replaced per instance) / ``_query_consent_task`` /
   ``build_request`` / ``_nominated`` / ``remote_password``, ``StunProtocol.transactions`` /
-  ``send_stun``: ``tolerate_late_consent`` keeps RFC 7675 consent freshness with checks that
+  ``transport``: ``tolerate_late_consent`` keeps RFC 7675 consent freshness with checks that
   may be answered late (aioice: within 0.5 s).
+- aioice ``Connection._closing`` / ``_early_checks_done`` / ``_nominated`` / ``_protocols`` /
+  ``_valid_username`` / ``ice_controlling`` / ``local_password``, ``CandidatePair.protocol`` /
+  ``remote_addr`` / ``state``: ``answer_consent_directly`` (consent_answer.py) lets the shared
+  socket answer a connected peer's plain consent checks from their bytes, as aioice's
+  ``request_received`` would (anything else still goes to aioice).
 - ``RTCPeerConnection.__iceTransports``, aioice ``Connection.get_component_candidates`` (replaced
   per instance) / ``_protocols`` / ``_local_username`` / ``stun_server``, ``StunProtocol``
   (``connection_made``, ``transactions``, ``local_candidate``), ``aioice.candidate``'s
@@ -94,6 +99,11 @@ from aiortc import RTCDtlsTransport, RTCRtpReceiver, RTCRtpSender
 
 from gateway.aiortc_compat.consent import *  # noqa: F403
 from gateway.aiortc_compat.consent import _consent_problems
+from gateway.aiortc_compat.consent_answer import (  # noqa: F401
+    ANSWERS,
+    _consent_answer_problems,
+    answer_consent_directly,
+)
 from gateway.aiortc_compat.descriptions import (  # noqa: F401
     PackedDescription,
     _descriptions_problems,
@@ -159,6 +169,7 @@ def check_internals() -> list[str]:
     problems.extend(_descriptions_problems())
     problems.extend(_mux_problems())
     problems.extend(_consent_problems())
+    problems.extend(_consent_answer_problems())
     problems.extend(_check_pacing_problems())
     problems.extend(_rx_fast_problems())
     problems.extend(_nominated_problems())

@@ -105,8 +105,9 @@ def _consent_problems() -> list[str]:
     if "query_consent" not in aioice.ice.Connection.connect.__code__.co_names:
         problems.append("aioice.Connection.connect no longer starts query_consent")
     stun_protocol = getattr(aioice.ice, "StunProtocol", None)
-    if not callable(getattr(stun_protocol, "send_stun", None)):
-        problems.append("aioice.StunProtocol.send_stun")
+    made = getattr(getattr(stun_protocol, "connection_made", None), "__code__", None)
+    if made is None or "transport" not in made.co_names:  # a check is sent on its transport
+        problems.append("aioice.StunProtocol.connection_made -> transport")
     code = getattr(getattr(stun_protocol, "datagram_received", None), "__code__", None)
     if code is None or "response_received" not in code.co_names:  # how it answers transactions
         problems.append("aioice.StunProtocol.datagram_received -> transactions[id]")
@@ -116,20 +117,84 @@ def _consent_problems() -> list[str]:
 
 
 class _ConsentCheck:
-    """One consent check's STUN transaction, answerable for the whole consent window: it stands
-    in for aioice's ``stun.Transaction`` in ``StunProtocol.transactions`` (which hands it every
-    response with its transaction id)."""
+    """One consent check (RFC 7675): its STUN request built and serialised once, sent at 0,
+    0.5, 1.5 and 3.5 s (RFC 5389's timing, ``CONSENT_RETRANSMISSIONS``) from loop timers, and
+    answerable until the consent window ends. It stands in for aioice's ``stun.Transaction`` in
+    ``StunProtocol.transactions``, which hands it every response with its transaction id. No
+    task, no ``asyncio.wait``: a check is a few timer handles (1,000 sessions make 200 a
+    second)."""
 
-    __slots__ = ("answer", "key")
+    __slots__ = ("_checks", "_consent", "_loop", "_timer", "_txid", "data", "key", "pair",
+                 "sent", "wait", "window")
 
-    def __init__(self, key: bytes, answer: asyncio.Future[None]) -> None:
-        self.key = key
-        self.answer = answer
+    def __init__(self, consent: _Consent, pair: Any, window: float) -> None:
+        self._consent = consent
+        self._checks = consent.checks
+        self._loop = consent.loop
+        self.pair = pair
+        self.window = window
+        connection = consent.connection
+        request = connection.build_request(pair, nominate=False)
+        self.key = connection.remote_password.encode("utf8")
+        request.add_message_integrity(self.key)  # (and its FINGERPRINT)
+        self.data = bytes(request)
+        self._txid = request.transaction_id
+        self._timer: asyncio.TimerHandle | None = None
+        self.sent = self.wait = 0.0
+
+    def start(self) -> None:
+        self.pair.protocol.transactions[self._txid] = self
+        self._checks.add(self)
+        self.sent = self._loop.time()
+        self.wait = aioice.stun.RETRY_RTO
+        CONSENT.checks += 1
+        self._send(CONSENT_RETRANSMISSIONS)
+
+    def _send(self, left: int) -> None:
+        self.pair.protocol.transport.sendto(self.data, self.pair.remote_addr)
+        if left:
+            self._timer = self._loop.call_later(self.wait, self._send, left - 1)
+            self.wait *= 2
+        else:  # the last one: its answer counts until the window ends
+            rest = max(0.0, self.sent + self.window - self._loop.time())
+            self._timer = self._loop.call_later(rest, self._unanswered)
 
     def response_received(self, message: Any, addr: tuple[str, int]) -> None:
-        if (not self.answer.done() and message.message_class == aioice.stun.Class.RESPONSE
+        if (self._timer is not None  # (not answered or given up already)
+                and message.message_class == aioice.stun.Class.RESPONSE
                 and message.check_message_integrity(self.key)):
-            self.answer.set_result(None)
+            self._end()
+            CONSENT.answered += 1
+            if self._loop.time() - self.sent > aioice.stun.RETRY_RTO:
+                CONSENT.answered_late += 1
+            self._consent.fresh_since = max(self._consent.fresh_since, self.sent)
+
+    def _unanswered(self) -> None:
+        self._end()
+        CONSENT.unanswered += 1
+
+    def _end(self) -> None:
+        """Forget the check: its timer, its transaction."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.pair.protocol.transactions.pop(self._txid, None)
+        self._checks.discard(self)
+
+    def cancel(self) -> None:
+        self._end()
+
+
+class _Consent:
+    """A connection's consent state: when the latest answered check was sent, the checks out."""
+
+    __slots__ = ("checks", "connection", "fresh_since", "loop")
+
+    def __init__(self, connection: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.connection = connection
+        self.loop = loop
+        self.fresh_since = loop.time()  # (connect: a check was answered)
+        self.checks: set[_ConsentCheck] = set()
 
 
 class _ConsentQuery:
@@ -149,55 +214,21 @@ class _ConsentQuery:
 
 async def _query_consent(connection: Any) -> None:
     loop = asyncio.get_running_loop()
-    fresh_since = loop.time()  # when the latest answered check was sent (connect: a check)
-    checks: set[asyncio.Future[None]] = set()
-
-    async def check(pair: Any, window: float) -> None:
-        nonlocal fresh_since
-        request = connection.build_request(pair, nominate=False)
-        key = connection.remote_password.encode("utf8")
-        request.add_message_integrity(key)
-        answer: asyncio.Future[None] = loop.create_future()
-        protocol, txid = pair.protocol, request.transaction_id
-        protocol.transactions[txid] = _ConsentCheck(key, answer)
-        sent = loop.time()
-        CONSENT.checks += 1
-        try:
-            wait = aioice.stun.RETRY_RTO
-            for retransmission in range(CONSENT_RETRANSMISSIONS + 1):
-                protocol.send_stun(request, pair.remote_addr)
-                last = retransmission == CONSENT_RETRANSMISSIONS
-                timeout = max(0.0, sent + window - loop.time()) if last else wait
-                done, _ = await asyncio.wait([answer], timeout=timeout)
-                if done:
-                    break
-                wait *= 2
-        finally:
-            protocol.transactions.pop(txid, None)
-        if not answer.done():
-            CONSENT.unanswered += 1
-            return
-        CONSENT.answered += 1
-        if loop.time() - sent > aioice.stun.RETRY_RTO:
-            CONSENT.answered_late += 1
-        fresh_since = max(fresh_since, sent)
-
+    consent = _Consent(connection, loop)
     try:
         while True:
             interval = aioice.ice.CONSENT_INTERVAL
             await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
             window = interval * aioice.ice.CONSENT_FAILURES
-            if loop.time() - fresh_since >= window:
+            if loop.time() - consent.fresh_since >= window:
                 break
             for pair in list(connection._nominated.values()):
-                task = asyncio.ensure_future(check(pair, window))
-                checks.add(task)
-                task.add_done_callback(checks.discard)
+                _ConsentCheck(consent, pair, window).start()
     finally:
-        for task in list(checks):
-            task.cancel()
+        for check in list(consent.checks):
+            check.cancel()
     CONSENT.expired += 1
     log.info("ICE consent expired: no answer to a check sent in the last %.0f s",
-             loop.time() - fresh_since)
+             loop.time() - consent.fresh_since)
     connection._query_consent_task = None  # close() would otherwise cancel this very task
     await connection.close()

@@ -8,6 +8,10 @@ one of our sessions sent.
 
 from __future__ import annotations
 
+import hmac
+import socket
+import zlib
+
 MAGIC_COOKIE = b"\x21\x12\xa4\x42"
 HEADER = 20
 USERNAME = 0x0006
@@ -53,3 +57,76 @@ def local_ufrag(data: bytes) -> str | None:
                 return None
         pos += 4 + length + (-length % 4)
     return None
+
+
+# --- a binding request's attributes, and a binding success response, from the bytes ----------
+
+BINDING_REQUEST = 0x0001
+BINDING_SUCCESS = 0x0101
+XOR_MAPPED_ADDRESS = 0x0020
+MESSAGE_INTEGRITY = 0x0008
+FINGERPRINT = 0x8028
+FINGERPRINT_XOR = 0x5354554E
+
+
+def attributes(data: bytes) -> tuple[dict[int, bytes], int, int] | None:
+    """Of a message ``is_stun`` accepted: its attributes by type (the first of each; after
+    MESSAGE-INTEGRITY only FINGERPRINT, as RFC 8489 §14.5 and aioice's ``parse_message``
+    read them), where MESSAGE-INTEGRITY and FINGERPRINT start (-1: absent); None when an
+    attribute runs past the end."""
+    found: dict[int, bytes] = {}
+    integrity_at = fingerprint_at = -1
+    pos, end = HEADER, len(data)
+    while pos + 4 <= end:
+        kind = int.from_bytes(data[pos:pos + 2], "big")
+        length = int.from_bytes(data[pos + 2:pos + 4], "big")
+        if pos + 4 + length > end:
+            return None
+        if (integrity_at < 0 or kind == FINGERPRINT) and kind not in found:
+            found[kind] = data[pos + 4:pos + 4 + length]
+            if kind == MESSAGE_INTEGRITY:
+                integrity_at = pos
+            elif kind == FINGERPRINT:
+                fingerprint_at = pos
+        pos += 4 + length + (-length % 4)
+    return found, integrity_at, fingerprint_at
+
+
+def _with_length(head: bytes, length: int) -> bytes:
+    return head[0:2] + length.to_bytes(2, "big") + head[4:]
+
+
+def integrity(head: bytes, key: bytes) -> bytes:
+    """MESSAGE-INTEGRITY (RFC 5389 §15.4) of a message whose bytes before that attribute are
+    ``head``: HMAC-SHA1 over them, the length counting the attribute."""
+    return hmac.digest(key, _with_length(head, len(head) - HEADER + 24), "sha1")
+
+
+def fingerprint(head: bytes) -> int:
+    """FINGERPRINT (§15.5) of a message whose bytes before that attribute are ``head``."""
+    return zlib.crc32(_with_length(head, len(head) - HEADER + 8)) ^ FINGERPRINT_XOR
+
+
+def binding_success(transaction: bytes, address: tuple[str, int], key: bytes) -> bytes | None:
+    """A binding success response for ``transaction`` (12 bytes) telling ``address`` (a numeric
+    IPv4 or IPv6 address) as XOR-MAPPED-ADDRESS, with MESSAGE-INTEGRITY by ``key`` and a
+    FINGERPRINT: aioice's own response, byte for byte. None: not a numeric address."""
+    host, port = address
+    try:
+        if ":" in host:
+            family, packed = 2, socket.inet_pton(socket.AF_INET6, host)
+        else:
+            family, packed = 1, socket.inet_pton(socket.AF_INET, host)
+    except OSError:
+        return None
+    pad = MAGIC_COOKIE + transaction
+    xport = port ^ 0x2112
+    xaddr = bytes(a ^ b for a, b in zip(packed, pad, strict=False))
+    value = bytes((0, family)) + xport.to_bytes(2, "big") + xaddr
+    head = (BINDING_SUCCESS.to_bytes(2, "big") + len(value).to_bytes(2, "big") + MAGIC_COOKIE
+            + transaction + XOR_MAPPED_ADDRESS.to_bytes(2, "big")
+            + len(value).to_bytes(2, "big") + value)
+    head += MESSAGE_INTEGRITY.to_bytes(2, "big") + b"\x00\x14" + integrity(head, key)
+    head = _with_length(head, len(head) - HEADER)
+    return (_with_length(head, len(head) - HEADER + 8) + FINGERPRINT.to_bytes(2, "big")
+            + b"\x00\x04" + fingerprint(head).to_bytes(4, "big"))

@@ -110,6 +110,9 @@ def flush_pending() -> None:
 #: An endpoint's fast path for datagrams routed by address: True when it took the datagram
 #: (the receiver then never sees it), False to let the receiver have it as usual.
 FastReceive = Callable[[bytes], bool]
+#: An endpoint's answerer of STUN requests routed to it (a connected session's consent checks):
+#: True when it answered the request itself, False to let the receiver have it.
+AnswerStun = Callable[[bytes, Address], bool]
 
 
 class MuxEndpoint(asyncio.DatagramTransport):
@@ -124,6 +127,9 @@ class MuxEndpoint(asyncio.DatagramTransport):
         self.closing = False  # (read directly by the compiled send path, per packet)
         #: Set by a connected session (SRTP straight from the read loop); None: the receiver
         self.fast_receive: FastReceive | None = None
+        #: Set by a connected session: answers a plain consent check from its bytes (True: it
+        #: did); None, or False from it: the receiver gets the request
+        self.answer_stun: AnswerStun | None = None
 
     # asyncio.DatagramTransport
 
@@ -145,6 +151,7 @@ class MuxEndpoint(asyncio.DatagramTransport):
             return
         self.closing = True
         self.fast_receive = None  # it holds the session's objects (weakly): gone with it
+        self.answer_stun = None
         self.mux.detach(self)
         self.mux.loop.call_soon(self._lost)
 
@@ -262,7 +269,9 @@ class UdpMux:
                 if endpoint is not None:
                     self._bind_address(endpoint, source)
                     stats.routed_by_ufrag += 1
-                    endpoint.receiver.datagram_received(data, source)
+                    answer = endpoint.answer_stun
+                    if answer is None or not answer(data, source):
+                        endpoint.receiver.datagram_received(data, source)
                     return
                 unknown_ufrag = True
             else:

@@ -216,6 +216,8 @@ class WebRtcLeg:
                     transport = self._transceiver.sender.transport
                     self.dtls_released = aiortc_compat.release_dtls(transport)
                 aiortc_compat.lazy_events(self.pc, make_lazy, slim_queue)  # docs/density.md
+                if self.udp_mux is not None:  # the peer's consent checks answered from the bytes
+                    aiortc_compat.answer_consent_directly(self.pc)
                 self._receive_directly()
                 self.connected.set()
             elif state in ("failed", "closed"):

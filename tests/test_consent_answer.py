@@ -1,0 +1,199 @@
+"""A connected peer's consent checks answered from their bytes (aiortc_compat/consent_answer.py):
+the response is aioice's byte for byte, only the plain case is answered (everything else goes
+to aioice), and a live session's peer keeps its consent with the gateway's checks answered."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import aioice.ice
+import aioice.stun as stun
+import pytest
+from aioice.candidate import Candidate
+
+from gateway import aiortc_compat
+from gateway.aiortc_compat.consent_answer import ANSWERS, answer
+from gateway.net import stun_fields
+
+
+@pytest.mark.parametrize("address", [("127.0.0.1", 40123), ("::1", 5004)])
+def test_the_response_is_aioices_byte_for_byte(address):
+    key = b"lj0G6Qp9er383IAy4B7cy7wm"
+    for _ in range(20):
+        txid = os.urandom(12)
+        theirs = stun.Message(message_method=stun.Method.BINDING,
+                              message_class=stun.Class.RESPONSE, transaction_id=txid)
+        theirs.attributes["XOR-MAPPED-ADDRESS"] = address
+        theirs.add_message_integrity(key)
+        assert stun_fields.binding_success(txid, address, key) == bytes(theirs)
+
+
+class Protocol:
+    """What ``answer`` reads of aioice's StunProtocol."""
+
+    def __init__(self) -> None:
+        self.local_candidate = Candidate(foundation="1", component=1, transport="udp",
+                                         priority=1, host="127.0.0.1", port=1000, type="host")
+
+
+PEER = ("127.0.0.1", 2000)
+
+
+def connected(controlling: bool = False) -> tuple[aioice.ice.Connection, Protocol]:
+    connection = aioice.ice.Connection(ice_controlling=controlling)
+    connection.remote_username = "them"
+    connection.remote_password = "p" * 22
+    connection._early_checks_done = True
+    protocol = Protocol()
+    remote = Candidate(foundation="2", component=1, transport="udp", priority=1,
+                       host=PEER[0], port=PEER[1], type="host")
+    pair = aioice.ice.CandidatePair(protocol, remote)
+    pair.state = aioice.ice.CandidatePair.State.SUCCEEDED
+    connection._nominated[1] = pair
+    return connection, protocol
+
+
+def request(connection, *, role: str = "ICE-CONTROLLING", username: str | None = None,
+            key: bytes | None = None, use_candidate: bool = False,
+            method: stun.Method = stun.Method.BINDING) -> bytes:
+    """A consent check as the peer sends it (aioice's own build)."""
+    message = stun.Message(message_method=method, message_class=stun.Class.REQUEST)
+    message.attributes["USERNAME"] = username or f"{connection.local_username}:them"
+    message.attributes["PRIORITY"] = 1853817087
+    message.attributes[role] = 12345
+    if use_candidate:
+        message.attributes["USE-CANDIDATE"] = None
+    message.add_message_integrity(key or connection.local_password.encode())
+    return bytes(message)
+
+
+def test_a_plain_consent_check_is_answered_as_aioice_would():
+    connection, protocol = connected()
+    data = request(connection)
+    response = answer(connection, protocol, data, PEER)
+    parsed = stun.parse_message(response)
+    assert parsed.message_class == stun.Class.RESPONSE
+    assert parsed.transaction_id == data[8:20]
+    assert parsed.attributes["XOR-MAPPED-ADDRESS"] == PEER
+    assert parsed.check_message_integrity(connection.local_password.encode())
+    controlling, protocol = connected(controlling=True)  # the peer is then the controlled one
+    assert answer(controlling, protocol, request(controlling, role="ICE-CONTROLLED"),
+                  PEER) is not None
+
+
+def tampered(data: bytes) -> bytes:
+    """The PRIORITY's last byte changed: the integrity and the fingerprint no longer match."""
+    at = data.index((0x0024).to_bytes(2, "big")) + 7
+    return data[:at] + bytes([data[at] ^ 1]) + data[at + 1:]
+
+
+def refused_cases(connection):
+    key = connection.local_password.encode()
+    return {
+        "use-candidate (a nomination)": (request(connection, use_candidate=True), PEER),
+        "role conflict": (request(connection, role="ICE-CONTROLLED"), PEER),
+        "another ufrag": (request(connection, username="other:them"), PEER),
+        "another remote ufrag": (request(connection, username=f"{connection.local_username}:x"),
+                                 PEER),
+        "wrong password": (request(connection, key=b"x" * 22), PEER),
+        "tampered": (tampered(request(connection)), PEER),
+        "another address": (request(connection), ("127.0.0.1", 2001)),
+        "not a binding": (request(connection, method=stun.Method.ALLOCATE), PEER),
+        "no integrity": (bytes(stun.Message(message_method=stun.Method.BINDING,
+                                            message_class=stun.Class.REQUEST)), PEER),
+        "(control: answered)": (request(connection, key=key), PEER),
+    }
+
+
+def test_everything_but_the_plain_case_goes_to_aioice():
+    connection, protocol = connected()
+    answered = {name: answer(connection, protocol, data, source) is not None
+                for name, (data, source) in refused_cases(connection).items()}
+    assert answered == {name: name.startswith("(control") for name in answered}
+
+
+@pytest.mark.parametrize("state", ["closing", "before connect", "pair not succeeded",
+                                   "no nominated pair", "another protocol"])
+def test_a_connection_not_settled_goes_to_aioice(state):
+    connection, protocol = connected()
+    data = request(connection)
+    assert answer(connection, protocol, data, PEER) is not None
+    if state == "closing":
+        connection._closing = True
+    elif state == "before connect":
+        connection._early_checks_done = False
+    elif state == "pair not succeeded":
+        connection._nominated[1].state = aioice.ice.CandidatePair.State.IN_PROGRESS
+    elif state == "no nominated pair":
+        connection._nominated.clear()
+    else:
+        protocol = Protocol()
+    assert answer(connection, protocol, data, PEER) is None
+
+
+async def test_a_live_peer_keeps_its_consent_answered_from_the_bytes(gateway, connect):
+    with aiortc_compat.consent_timing(0.3, 6):
+        client = await connect()
+        session = next(iter(gateway.registry))
+        await asyncio.wait_for(session.webrtc.connected.wait(), 5)
+        answered, checks = ANSWERS.answered, aiortc_compat.CONSENT.answered
+        await asyncio.sleep(1.5)  # ≈ 5 checks each way
+        assert ANSWERS.answered - answered >= 2  # the client's checks, answered by the mux
+        assert aiortc_compat.CONSENT.answered - checks >= 4  # both sides' checks answered
+        result = await client.say("still here", voice="tone")
+        assert (await client.wait_utterance(result.utterance["id"]))["state"] == "done"
+        assert session.webrtc.pc.connectionState == "connected"
+
+
+class Sent(Protocol):
+    """A StunProtocol as a consent check uses it: its transactions, its transport."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transactions: dict[bytes, object] = {}
+        self.sends: list[tuple[float, bytes]] = []
+        self.transport = self
+
+    def sendto(self, data: bytes, addr: object) -> None:
+        self.sends.append((asyncio.get_running_loop().time(), data))
+
+
+async def test_our_check_is_sent_on_rfc_5389s_schedule_from_timers(monkeypatch):
+    """A consent check of ours: one request, sent again at 0.5, 1.5, 3.5 RTOs (scaled here),
+    answerable until the window ends -- by loop timers, no task per check."""
+    from gateway.aiortc_compat import consent as module
+
+    monkeypatch.setattr(aioice.stun, "RETRY_RTO", 0.05)
+    connection, _ = connected()
+    protocol = Sent()
+    pair = aioice.ice.CandidatePair(protocol, connection._nominated[1].remote_candidate)
+    loop = asyncio.get_running_loop()
+    state = module._Consent(connection, loop)
+    tasks = len(asyncio.all_tasks())
+    check = module._ConsentCheck(state, pair, window=0.6)
+    check.start()
+    assert len(asyncio.all_tasks()) == tasks and len(protocol.transactions) == 1
+    counts = aiortc_compat.CONSENT.as_json()
+    await asyncio.sleep(0.7)
+    start = protocol.sends[0][0]
+    assert [round(t - start, 2) for t, _ in protocol.sends] == pytest.approx(
+        [0, 0.05, 0.15, 0.35], abs=0.02)
+    assert len({data for _, data in protocol.sends}) == 1  # the same request, built once
+    assert not protocol.transactions and not state.checks
+    assert aiortc_compat.CONSENT.unanswered == counts["unanswered"] + 1
+
+    answered = module._ConsentCheck(state, pair, window=0.6)
+    answered.start()
+    await asyncio.sleep(0.07)  # sent twice
+    txid = next(iter(protocol.transactions))
+    reply = stun.Message(message_method=stun.Method.BINDING,
+                         message_class=stun.Class.RESPONSE, transaction_id=txid)
+    reply.attributes["XOR-MAPPED-ADDRESS"] = PEER
+    reply.add_message_integrity(connection.remote_password.encode())
+    protocol.transactions[txid].response_received(stun.parse_message(bytes(reply)), PEER)
+    before = len(protocol.sends)
+    await asyncio.sleep(0.4)
+    assert len(protocol.sends) == before == 6  # no retransmission after the answer
+    assert not protocol.transactions and state.fresh_since >= answered.sent
+    assert aiortc_compat.CONSENT.answered == counts["answered"] + 1
