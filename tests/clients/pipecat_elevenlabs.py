@@ -39,6 +39,12 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.elevenlabs.tts import ElevenLabsHttpTTSService, ElevenLabsTTSService
 from pipecat.services.tts_service import TextAggregationMode
 
+# Pipecat ends an audio context that stays quiet this long (its default: 3 s) and starts it again
+# when audio resumes -- a second TTSStoppedFrame for one context. Under `make test`'s four
+# workers on two cores (Piper on each) a sentence's audio has paused that long (fresh-clone CI,
+# 2026-12-06, the http mode); a user's deployment would tune it the same way.
+STOP_FRAME_TIMEOUT_S = 15.0
+
 REPLIES = [
     "Hello there, this is the gateway speaking through Pipecat. Each word is timed.",
     "A second reply follows, in a context of its own.",
@@ -83,12 +89,14 @@ async def main() -> None:
             tts = ElevenLabsHttpTTSService(
                 api_key="s3cret", aiohttp_session=session, base_url=url, sample_rate=24000,
                 settings=ElevenLabsHttpTTSService.Settings(voice=voice,
-                                                           model="eleven_flash_v2_5"))
+                                                           model="eleven_flash_v2_5"),
+                stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S)
         else:
             tts = ElevenLabsTTSService(api_key="s3cret", url=url, sample_rate=24000,
                                        settings=ElevenLabsTTSService.Settings(
                                            voice=voice, model="eleven_flash_v2_5"),
-                                       text_aggregation_mode=aggregation)
+                                       text_aggregation_mode=aggregation,
+                                       stop_frame_timeout_s=STOP_FRAME_TIMEOUT_S)
         await run(tts)
 
 
