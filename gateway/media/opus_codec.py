@@ -106,12 +106,19 @@ class OpusFrameDecoder:
         self._max = sample_rate * 120 // 1000  # the most one decode call returns
         self._dec = opuslib.Decoder(sample_rate, CHANNELS)
         self._samples = np.zeros(self._max, dtype=np.int16)  # libopus writes here
-        self._call = OpusCall(opuslib.api.decoder.libopus_decode, self._dec.decoder_state,
-                              self._samples)
+        api = opuslib.api.decoder
+        self._call = OpusCall(api.libopus_decode, self._dec.decoder_state, self._samples,
+                              api.libopus_get_size(CHANNELS))
 
     @property
     def peak(self) -> int:
         return self._call.peak
+
+    @property
+    def skipped(self) -> int:
+        """Repeated digital-silence packets libopus was not asked to decode again (``OpusCall``:
+        provably the same zeros and state)."""
+        return self._call.skipped
 
     def _run(self, packet: bytes | None, samples: int, fec: int) -> np.ndarray:
         if not 0 < samples <= self._max:  # (the buffer's size: libopus writes there)

@@ -17,8 +17,22 @@ import time
 import weakref
 from collections.abc import Callable, Iterable
 
+from gateway.net import udp_mux
+
 EPSILON = 1e-6
+FIRE_SLACK_S = 0.0005  # a fire runs every tick due by then (senders release as early)
 log = logging.getLogger(__name__)
+
+
+_EARLY = "_gw_may_run_early"  # the attribute ``may_run_early`` sets
+
+
+def may_run_early(callback: Callable[[], None]) -> Callable[[], None]:
+    """Mark a ``call_after_sends`` callback that may run up to a grid tick before its tick, in
+    the loop iteration of a socket read (``Ticker.fire_if_due``): a playout period, whose due
+    time is already rounded down to the grid. Returns it (a function or lambda)."""
+    setattr(callback, _EARLY, True)
+    return callback
 
 
 class Ticker:
@@ -44,6 +58,7 @@ class Ticker:
         self._armed: tuple[int, asyncio.TimerHandle] | None = None
         self._hooks: dict[Callable[[], None], None] = {}  # run once at the end of every fire
         self.fired = 0  # timer callbacks run
+        self.ran_early = 0  # ticks run from ``fire_if_due`` (no timer, no loop iteration)
         self.released = 0  # waiters released
         # What a tick's senders share, computed by the first of them and cleared at every
         # fire: the send time stamped into the tick's packets (they leave together, at the
@@ -119,16 +134,60 @@ class Ticker:
         delay = max(0.0, self.time_of(tick) - self._clock())
         self._armed = (tick, loop.call_later(delay, self._fire))
 
+    def fire_if_due(self) -> None:
+        """Run what is due now, without waiting for the timer: the end of a socket read burst
+        calls it (``udp_mux.after_reads``), in the loop iteration that read the datagrams, so
+        a tick due then costs no loop iteration (a ``select``) of its own.
+
+        - The earliest tick within ``_fire``'s own slack (0.5 ms: what a timer fire now would
+          run, senders' ``EARLY_S`` too): that fire, here.
+        - Else the earliest tick within one grid tick (``period``), when it holds only
+          ``call_after_sends`` callbacks marked ``may_run_early`` (playout periods: no sends,
+          no waiters, no word passes): they run now, at most a grid tick early -- the playout
+          clock's own rounding (a period runs on the grid tick at or before its due time) by
+          one tick more.
+        """
+        heap = self._heap
+        if not heap or self.firing:
+            return
+        tick = heap[0]
+        ahead = self._origin + tick * self.period - self._clock()
+        if ahead <= EPSILON + FIRE_SLACK_S:
+            self._disarm()
+            self.ran_early += 1
+            self._fire_due()
+        elif (ahead <= self.period and tick not in self._calls and tick not in self._buckets
+              and all(getattr(c, _EARLY, False) for c in self._later.get(tick, ()))):
+            self._disarm()
+            self.ran_early += 1
+            heapq.heappop(heap)
+            self.firing = True
+            try:
+                self._run(self._later.pop(tick))
+            finally:
+                self.tick_stamp, self.firing = None, False
+                if heap:
+                    self._arm(heap[0])
+
+    def _disarm(self) -> None:
+        if self._armed is not None:
+            self._armed[1].cancel()
+            self._armed = None
+
     def _fire(self) -> None:
         self._armed = None
         self.fired += 1
+        self._fire_due()
+
+    def _fire_due(self) -> None:
+        """Every tick due now (within ``FIRE_SLACK_S``), their hooks, then what was deferred."""
         self.tick_stamp = None
         self.firing = True
         now = self._clock()
         heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
         deferred: list[Callable[[], None]] = []
         try:
-            while heap and self.time_of(heap[0]) <= now + EPSILON + 0.0005:
+            while heap and self.time_of(heap[0]) <= now + EPSILON + FIRE_SLACK_S:
                 tick = heapq.heappop(heap)
                 # out of every table before anything runs: a callback may add to this tick
                 waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())
@@ -174,4 +233,5 @@ def shared_ticker(period: float = GRID_S) -> Ticker:
     if ticker is None or ticker.period != period:
         ticker = Ticker(period, loop=loop)
         _TICKERS[loop] = ticker
+        udp_mux.after_reads(loop, ticker.fire_if_due)
     return ticker

@@ -134,7 +134,10 @@ class NackGenerator:
         if self._newest is None:
             self._newest = self._seqs.unwrap(seq)
             return False
-        jump = self._seqs.peek(seq) - self._newest
+        # (``unwrap``, not ``peek``: the same number, and one far behind the newest leaves the
+        # unwrapper where it was either way -- it only moves forward)
+        useq = self._seqs.unwrap(seq)
+        jump = useq - self._newest
         if -jump >= self._resync_frames:
             self._far_streak += 1
             if self._far_streak < 3:
@@ -146,7 +149,6 @@ class NackGenerator:
             self._restart()
             self._newest = self._seqs.unwrap(seq)
             return False
-        useq = self._seqs.unwrap(seq)
         if useq > self._newest:
             first_missing = max(self._newest + 1, useq - self._window)
             for missing in range(first_missing, useq):

@@ -145,11 +145,16 @@ class JitterBuffer:
         self._stats.received += 1
         seq &= SEQ_MASK
         w = self._window
+        useq: int | None = None
         if w.newest is not None:
-            jump = self._seqs.peek(seq) - w.newest
+            # (``unwrap``, not ``peek``: the same number, and a packet far behind the newest
+            # leaves the unwrapper where it was either way -- it only moves forward)
+            useq = self._seqs.unwrap(seq)
+            jump = useq - w.newest
             if jump >= self._resync_frames:
                 self._stats.dropped += len(w.packets)
                 self._resync()  # far ahead: whatever is buffered is stale
+                useq = None
             elif -jump >= self._resync_frames:
                 self._far_streak += 1
                 if self._far_streak < 3:
@@ -157,12 +162,13 @@ class JitterBuffer:
                     return InsertResult.LATE
                 self._stats.dropped += len(w.packets)
                 self._resync()  # three in a row from far behind: the sender restarted
+                useq = None
             else:
                 self._far_streak = 0
             w = self._window
-        if w.newest is None:
+        if useq is None:  # (a new timeline: its first number)
             self._stats.resyncs += 1
-        useq = self._seqs.unwrap(seq)
+            useq = self._seqs.unwrap(seq)
         uts = self._tss.unwrap(timestamp & 0xFFFFFFFF)
         if useq in w.packets or useq in w.played_set:
             self._stats.duplicate += 1

@@ -14,6 +14,7 @@ measurement instead of counting as jitter.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 
 from gateway.receive.sliding_window import SlidingWindow
 
@@ -74,9 +75,21 @@ class JitterTarget:
             else:
                 self.jitter_s += (d - self.jitter_s) / 16.0  # RFC 3550 §6.4.1
         self._last_transit = transit
-        self._transits.add(transit)
-        self._variations.add(transit - self._transits.minimum())
-        variation = self._variations.quantile(self._quantile)
+        # (``SlidingWindow.add`` / ``minimum`` / ``quantile`` written out: once per packet)
+        transits, variations = self._transits, self._variations
+        order, ordered = transits.order, transits.ordered
+        if len(order) == order.maxlen:
+            del ordered[bisect_left(ordered, order[0])]
+        order.append(transit)
+        insort(ordered, transit)
+        change = transit - ordered[0]
+        order, ordered = variations.order, variations.ordered
+        if len(order) == order.maxlen:
+            del ordered[bisect_left(ordered, order[0])]
+        order.append(change)
+        insort(ordered, change)
+        n = len(ordered)
+        variation = ordered[min(n - 1, int(self._quantile * n))]
         packet_frames = packet_ticks / self._frame_ticks
         need_frames = packet_frames + variation * self._clock_rate / self._frame_ticks
         low = max(self._min, math.ceil(packet_frames - 1e-9) + 1)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.media.ticker import EPSILON, shared_ticker
+from gateway.media.ticker import EPSILON, may_run_early, shared_ticker
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,8 @@ class PlayoutClock:
         self._running = True
         self._next_at = first_at
         generation = self._generation  # one closure per start for every period, not one each
-        self._tick = lambda: self._on_tick(generation)
+        # (it may run up to a grid tick early, in a socket read's iteration: Ticker.fire_if_due)
+        self._tick = may_run_early(lambda: self._on_tick(generation))
         self._arm()
 
     def stop(self) -> None:
