@@ -163,7 +163,7 @@ class Ticker:
             heapq.heappop(heap)
             self.firing = True
             try:
-                self._run(self._later.pop(tick))
+                self._run(self._later.pop(tick, ()))
             finally:
                 self.tick_stamp, self.firing = None, False
                 if heap:
