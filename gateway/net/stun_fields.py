@@ -39,24 +39,19 @@ def transaction_id(data: bytes) -> bytes:
 
 
 def local_ufrag(data: bytes) -> str | None:
-    """Of a STUN request: the part of its USERNAME before ':' (the receiver's ufrag), else None."""
-    pos, end = HEADER, len(data)
-    while pos + 4 <= end:
-        kind = int.from_bytes(data[pos : pos + 2], "big")
-        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
-        if pos + 4 + length > end:
-            return None
-        if kind == USERNAME:
-            raw = data[pos + 4 : pos + 4 + length]
-            ufrag, colon, _ = raw.partition(b":")
-            if not colon or not ufrag:
-                return None
-            try:
-                return ufrag.decode("utf-8")
-            except UnicodeDecodeError:
-                return None
-        pos += 4 + length + (-length % 4)
-    return None
+    """Of a STUN request: the part of its USERNAME before ':' (the receiver's ufrag), else None
+    (no USERNAME, or an attribute that runs past the end)."""
+    scanned = attributes(data)
+    raw = None if scanned is None else scanned[0].get(USERNAME)
+    if raw is None:
+        return None
+    ufrag, colon, _ = raw.partition(b":")
+    if not colon or not ufrag:
+        return None
+    try:
+        return ufrag.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 # --- a binding request's attributes, and a binding success response, from the bytes ----------
