@@ -14,7 +14,6 @@ measurement instead of counting as jitter.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left, insort
 
 from gateway.receive.sliding_window import SlidingWindow
 
@@ -75,19 +74,10 @@ class JitterTarget:
             else:
                 self.jitter_s += (d - self.jitter_s) / 16.0  # RFC 3550 §6.4.1
         self._last_transit = transit
-        # (``SlidingWindow.add`` / ``minimum`` / ``quantile`` written out: once per packet)
-        transits, variations = self._transits, self._variations
-        order, ordered = transits.order, transits.ordered
-        if len(order) == order.maxlen:
-            del ordered[bisect_left(ordered, order[0])]
-        order.append(transit)
-        insort(ordered, transit)
-        change = transit - ordered[0]
-        order, ordered = variations.order, variations.ordered
-        if len(order) == order.maxlen:
-            del ordered[bisect_left(ordered, order[0])]
-        order.append(change)
-        insort(ordered, change)
+        # (the windows' ``minimum`` and ``quantile`` read from what ``add`` returns: once a
+        # packet, no call more)
+        change = transit - self._transits.add(transit)[0]
+        ordered = self._variations.add(change)
         n = len(ordered)
         variation = ordered[min(n - 1, int(self._quantile * n))]
         packet_frames = packet_ticks / self._frame_ticks
