@@ -39,7 +39,7 @@ _SUCCEEDED = aioice.ice.CandidatePair.State.SUCCEEDED
 
 
 class ConsentAnswers:
-    """Process-wide counts (plain ints: /healthz, /metrics, tests)."""
+    """Process-wide counts (a plain int; read by the tests, not yet in /healthz)."""
 
     __slots__ = ("answered",)
 

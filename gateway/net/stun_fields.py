@@ -122,6 +122,6 @@ def binding_success(transaction: bytes, address: tuple[str, int], key: bytes) ->
             + transaction + XOR_MAPPED_ADDRESS.to_bytes(2, "big")
             + len(value).to_bytes(2, "big") + value)
     head += MESSAGE_INTEGRITY.to_bytes(2, "big") + b"\x00\x14" + integrity(head, key)
-    head = _with_length(head, len(head) - HEADER)
+    # (the header's length is set by each of them, and last for the whole message)
     return (_with_length(head, len(head) - HEADER + 8) + FINGERPRINT.to_bytes(2, "big")
             + b"\x00\x04" + fingerprint(head).to_bytes(4, "big"))
