@@ -124,13 +124,11 @@ class _ConsentCheck:
     task, no ``asyncio.wait``: a check is a few timer handles (1,000 sessions make 200 a
     second)."""
 
-    __slots__ = ("_checks", "_consent", "_loop", "_timer", "_txid", "data", "key", "pair",
-                 "sent", "wait", "window")
+    __slots__ = ("_consent", "_timer", "_txid", "data", "key", "pair", "sent", "wait",
+                 "window")
 
     def __init__(self, consent: _Consent, pair: Any, window: float) -> None:
         self._consent = consent
-        self._checks = consent.checks
-        self._loop = consent.loop
         self.pair = pair
         self.window = window
         connection = consent.connection
@@ -144,45 +142,43 @@ class _ConsentCheck:
 
     def start(self) -> None:
         self.pair.protocol.transactions[self._txid] = self
-        self._checks.add(self)
-        self.sent = self._loop.time()
+        self._consent.checks.add(self)
+        self.sent = self._consent.loop.time()
         self.wait = aioice.stun.RETRY_RTO
         CONSENT.checks += 1
         self._send(CONSENT_RETRANSMISSIONS)
 
     def _send(self, left: int) -> None:
         self.pair.protocol.transport.sendto(self.data, self.pair.remote_addr)
+        loop = self._consent.loop
         if left:
-            self._timer = self._loop.call_later(self.wait, self._send, left - 1)
+            self._timer = loop.call_later(self.wait, self._send, left - 1)
             self.wait *= 2
         else:  # the last one: its answer counts until the window ends
-            rest = max(0.0, self.sent + self.window - self._loop.time())
-            self._timer = self._loop.call_later(rest, self._unanswered)
+            rest = max(0.0, self.sent + self.window - loop.time())
+            self._timer = loop.call_later(rest, self._unanswered)
 
     def response_received(self, message: Any, addr: tuple[str, int]) -> None:
         if (self._timer is not None  # (not answered or given up already)
                 and message.message_class == aioice.stun.Class.RESPONSE
                 and message.check_message_integrity(self.key)):
-            self._end()
+            self.cancel()
             CONSENT.answered += 1
-            if self._loop.time() - self.sent > aioice.stun.RETRY_RTO:
+            if self._consent.loop.time() - self.sent > aioice.stun.RETRY_RTO:
                 CONSENT.answered_late += 1
             self._consent.fresh_since = max(self._consent.fresh_since, self.sent)
 
     def _unanswered(self) -> None:
-        self._end()
+        self.cancel()
         CONSENT.unanswered += 1
 
-    def _end(self) -> None:
+    def cancel(self) -> None:
         """Forget the check: its timer, its transaction."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         self.pair.protocol.transactions.pop(self._txid, None)
-        self._checks.discard(self)
-
-    def cancel(self) -> None:
-        self._end()
+        self._consent.checks.discard(self)
 
 
 class _Consent:
