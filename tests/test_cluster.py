@@ -172,10 +172,12 @@ def cluster_of(nodes: int, workers: int = WORKERS):
 
 
 def idle(h: dict[str, Any]) -> bool:
-    """No session anywhere in this node's view (its own workers' and the cluster's)."""
+    """No session anywhere in this node's view (its own workers' and the cluster's), and none
+    its router still counts (a placement of an earlier test its stats have not shown yet)."""
     ns = (h.get("cluster") or {}).get("nodes", [])
     return (all(w["sessions"] == 0 for w in h["workers"])
-            and all(w["sessions"] == 0 for n in ns for w in n["workers"]))
+            and all(w["sessions"] == 0 for n in ns for w in n["workers"])
+            and all(c["sessions"] == 0 for c in h["placement_view"]))
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +221,13 @@ async def connect(public: str, http: aiohttp.ClientSession) -> GatewayClient:
     """A listener through a public port (aiohttp follows a 307, body and method kept); its
     session URL is the absolute Location the worker gave."""
     client = GatewayClient(public, http, capture=True)
-    await client.connect()
+    try:
+        await client.connect()
+    except Exception as exc:  # say how the node counted its workers when it refused
+        async with http.get(public + "/healthz") as r:
+            view = (await r.json()).get("placement_view")
+        raise AssertionError(f"{public} did not place a session: {exc}; "
+                             f"its placement view: {view}") from exc
     assert client.session_url is not None
     # gateway.client.peer joins base_url and Location; these Locations are absolute.
     rest = client.session_url
@@ -316,6 +324,11 @@ async def test_placement_spreads_over_workers_and_nodes_then_refuses(cluster):
             for c in clients:
                 per_port[port_of(c)] = per_port.get(port_of(c), 0) + 1
             assert per_port == dict.fromkeys(a.worker_ports + b.worker_ports, MAX_SESSIONS)
+            # Each node's router counts every worker full (its /healthz placement view).
+            for node in (a, b):
+                view = node.wait(lambda h: all(c["full"] for c in h["placement_view"]),
+                                 timeout=10, what="every worker counted full")["placement_view"]
+                assert len(view) == 4 and sum(c["local"] for c in view) == 2, view
             pc, sdp = await offer_sdp()
             try:
                 for node in (a, b):

@@ -2,7 +2,8 @@
 ``/healthz`` and ``/metrics`` for the whole node.
 
 - ``/healthz``: every worker (pid, url, sessions, load, state, restarts), Redis, the cluster's
-  nodes;
+  nodes, and ``placement_view``: the workers as the router counts them for the next placement
+  (its own placements the stats cannot show yet included);
 - ``/metrics``: every worker's metrics with a ``worker`` label plus the supervisor's.
 """
 
@@ -27,7 +28,7 @@ from gateway.config import GatewayConfig
 
 
 def health(workers: Workers, config: GatewayConfig, directory: RedisDirectory | None,
-           peers: Peers | None) -> dict[str, Any]:
+           peers: Peers | None, router: Router) -> dict[str, Any]:
     slots = [slot.as_json() for slot in workers.slots]
     body: dict[str, Any] = {
         "status": "draining" if workers.draining else "ok", "role": "supervisor",
@@ -35,6 +36,7 @@ def health(workers: Workers, config: GatewayConfig, directory: RedisDirectory | 
         "pid": os.getpid(), "sessions": sum(w["sessions"] or 0 for w in slots),
         "max_sessions": config.max_sessions * len(workers.slots),
         "workers": slots, "redis": None, "placement": "local",
+        "placement_view": router.placement_view(),
     }
     if directory is not None:
         body["redis"] = directory.health()
@@ -84,7 +86,7 @@ def public_app(config: GatewayConfig, router: Router, workers: Workers,
     app = web.Application(middlewares=[cors, json_errors], client_max_size=config.max_body_bytes)
 
     async def healthz(request: web.Request) -> web.Response:
-        return web.json_response(health(workers, config, directory, peers))
+        return web.json_response(health(workers, config, directory, peers, router))
 
     async def metrics(request: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -69,6 +70,15 @@ class Router:
                 if worker.id not in exclude and worker.node_url:
                     out.append(self.reservations.candidate(worker, local=False))
         return out
+
+    def placement_view(self) -> list[dict[str, Any]]:
+        """What ``place`` would choose from now: every worker with the sessions it is counted
+        at (its stats plus the placements they cannot show yet) -- for /healthz, so a refusal
+        can be explained from outside."""
+        return [{"worker": c.id, "local": c.local, "state": c.status.state,
+                 "sessions": c.sessions, "reserved": c.sessions - c.status.sessions,
+                 "load": round(c.load, 3), "full": c.full}
+                for c in self._candidates(set())]
 
     def _refusal(self) -> ApiError:
         if self.workers.draining:
