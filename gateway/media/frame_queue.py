@@ -265,6 +265,22 @@ class FrameQueue:
         if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
 
+    def sent_ahead_refill(self, count: int) -> Callable[[], None] | None:
+        """``sent_ahead`` for a consumer that takes more right after (the compiled path's
+        visit, ``BatchStream.sent_from_c``): a task producer is woken as there, but a
+        ``when_space`` callback now due is returned, for the caller to run before it takes
+        more -- not scheduled with ``call_soon``. The refill then lands in the same visit, so
+        that visit can feed a full run, where the ``call_soon`` was a loop callback of its own
+        and the next visit came a few frames later to take what it queued (docs/density.md,
+        "The speaking premium")."""
+        self.ahead -= count
+        if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
+            self._space.set()
+            callback = self._on_space
+            self._on_space = None
+            return callback
+        return None
+
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""
         if self.on_take_back is not None:

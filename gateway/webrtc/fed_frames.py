@@ -64,14 +64,16 @@ class FedFrames:
         return True
 
     def sent(self, count: int, seq: int, now: float, queue: FrameQueue, store: FrameStore,
-             red: RedSender | None) -> tuple[int, Exception | None]:
+             red: RedSender | None, room: bool = True) -> tuple[int, Exception | None]:
         """C sent the oldest ``count`` of them as ``seq`` on (consecutive: no silence goes while
         a frame is fed): their refs recorded in the store (C wrote the ring's fields), RED's
         history, each owner told once for its part (``on_frames_sent`` at ``now``), room made
-        in ``queue`` (``FrameQueue.sent_ahead``). Returns their payload octets and the first
-        owner's failure, if any (all are recorded whatever an owner does)."""
+        in ``queue`` (``FrameQueue.sent_ahead``; ``room`` False: the caller makes it, with
+        ``FrameQueue.sent_ahead_refill``). Returns their payload octets and the first owner's
+        failure, if any (all are recorded whatever an owner does)."""
         self.count -= count
-        queue.sent_ahead(count)
+        if room:
+            queue.sent_ahead(count)
         runs = self.runs
         octets = 0
         error: Exception | None = None
