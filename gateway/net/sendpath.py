@@ -41,7 +41,7 @@ MAX_BATCH = 512  # staged datagrams per socket before a flush (as net/sendmmsg.p
 MAX_HEADER = 64  # bytes of RTP header (12 + the extension block) a template may hold
 PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest seq, recorded
 FEED_MAX = 1275  # bytes of a fed speech frame: Opus's largest packet (RFC 6716 §3.4, R2)
-FED_SLOTS = 24  # speech frames fed ahead to a stream C sends (gw_feed_run): 480 ms
+FED_SLOTS = 48  # speech frames fed ahead to a stream C sends (gw_feed_run): 960 ms
 FED_LOW = 4  # ... fed frames left when C asks for more (its handle in gw_consumed)
 
 _CDEF = """
