@@ -238,9 +238,13 @@ class FrameQueue:
         else:
             runs.insert(0, [owner, index, 1])
 
-    def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
+    def pop_run(self, limit: int, ahead: bool = False
+                ) -> tuple[list[bytes], FrameOwner | None, int] | None:
         """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
-        when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
+        when empty. Their indexes are consecutive (one owner's frames arrive in order).
+        ``ahead``: taken ahead of their slots, counted in ``ahead`` at once (the caller takes
+        back what it does not keep: ``ahead -=``, ``push_front``) -- they make no room, so the
+        producer is not woken here but when they are sent (``sent_ahead``)."""
         payloads = self._payloads
         if not payloads or limit <= 0 or self._held:
             return None
@@ -255,7 +259,9 @@ class FrameQueue:
             run[2] = left - count
         out = payloads[:count]
         del payloads[:count]
-        if len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
+        if ahead:
+            self.ahead += count
+        elif len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
         return out, owner, first
 

@@ -141,3 +141,29 @@ def test_frames_fed_ahead_count_against_the_queues_bound():
     assert woken == [1]  # queued + ahead = low water: the producer's turn
     back = size // 2 - 4  # fed, not sent
     assert fed.take_back(queue) == back and queue.ahead == 0 and len(queue) == size // 2
+
+
+def test_feeding_wakes_no_producer_sending_does():
+    """Frames popped to be fed count against the bound as they are popped: the feed makes no
+    room (a producer woken there was a refill outside the visit, a loop callback of its own);
+    their sending does (``sent``; in a visit, ``FrameQueue.sent_ahead_refill``)."""
+    a = Owner()
+    size = FED_SLOTS + 4
+    queue = FrameQueue(size, low_water=size - 2)
+    assert queue.offer([b"x"] * size, a, 0) == size
+    woken: list[int] = []
+    queue.when_space(lambda: woken.append(1))  # (no loop: called at once when due)
+    fed = FedFrames()
+    assert fed.feed(queue, FakeC())
+    assert queue.ahead == FED_SLOTS and len(queue) == 4 and not woken
+    fed.sent(2, 0, 1.0, queue, FrameStore(), None)
+    assert woken == [1]
+
+
+def test_a_frame_c_does_not_take_is_not_counted_ahead():
+    a = Owner()
+    queue = FrameQueue(50)
+    queue.offer([b"ok", b"x" * 2000, b"after"], a, 0)
+    fed = FedFrames()
+    assert not fed.feed(queue, FakeC())
+    assert queue.ahead == 1 and len(queue) == 2
