@@ -238,9 +238,13 @@ class FrameQueue:
         else:
             runs.insert(0, [owner, index, 1])
 
-    def pop_run(self, limit: int) -> tuple[list[bytes], FrameOwner | None, int] | None:
+    def pop_run(self, limit: int, ahead: bool = False
+                ) -> tuple[list[bytes], FrameOwner | None, int] | None:
         """Up to ``limit`` frames of one owner at once: (payloads, owner, first index), or None
-        when empty. Their indexes are consecutive (one owner's frames arrive in order)."""
+        when empty. Their indexes are consecutive (one owner's frames arrive in order).
+        ``ahead``: taken ahead of their slots, counted in ``ahead`` at once (the caller takes
+        back what it does not keep: ``ahead -=``, ``push_front``) -- they make no room, so the
+        producer is not woken here but when they are sent (``sent_ahead``)."""
         payloads = self._payloads
         if not payloads or limit <= 0 or self._held:
             return None
@@ -255,7 +259,9 @@ class FrameQueue:
             run[2] = left - count
         out = payloads[:count]
         del payloads[:count]
-        if len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
+        if ahead:
+            self.ahead += count
+        elif len(payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
         return out, owner, first
 
@@ -264,6 +270,22 @@ class FrameQueue:
         self.ahead -= count
         if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
             self._drained()
+
+    def sent_ahead_refill(self, count: int) -> Callable[[], None] | None:
+        """``sent_ahead`` for a consumer that takes more right after (the compiled path's
+        visit, ``BatchStream.sent_from_c``): a task producer is woken as there, but a
+        ``when_space`` callback now due is returned, for the caller to run before it takes
+        more -- not scheduled with ``call_soon``. The refill then lands in the same visit, so
+        that visit can feed a full run, where the ``call_soon`` was a loop callback of its own
+        and the next visit came a few frames later to take what it queued (docs/density.md,
+        "The speaking premium")."""
+        self.ahead -= count
+        if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
+            self._space.set()
+            callback = self._on_space
+            self._on_space = None
+            return callback
+        return None
 
     def clear(self) -> list[EncodedFrame]:
         """Drop everything queued; return what was dropped."""

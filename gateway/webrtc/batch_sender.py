@@ -395,8 +395,16 @@ class BatchStream:
 
     def sent_from_c(self, now: float) -> None:
         """C asks for the stream (its fed frames low, or a new owner's first sent): the frames
-        it sent recorded (``_emit``'s part after the send), and more fed."""
-        self.record_from_c(now)
+        it sent recorded (``_emit``'s part after the send), the queue's producer refilled if
+        that made it room (a phrase-cache replay's ``FanoutFeed``: here, not in a
+        ``call_soon`` of its own), and more fed."""
+        refill = self.record_from_c(now, refill_here=True)
+        if refill is not None:
+            try:
+                refill()
+            except Exception as exc:  # the producer's, as its call_soon would have reported
+                asyncio.get_running_loop().call_exception_handler({
+                    "message": "a queue's producer failed refilling it", "exception": exc})
         red = self.sink.red
         if red is not None and red.active(now):
             self.back_to_tick()  # RED from here on: each packet through ``wrap``
@@ -408,24 +416,36 @@ class BatchStream:
         whose sends take the new path."""
         self.back_to_tick()
 
-    def record_from_c(self, now: float | None = None) -> None:
+    def record_from_c(self, now: float | None = None, refill_here: bool = False
+                      ) -> Callable[[], None] | None:
         """The fed frames C sent since the last time, recorded: the store's refs, their owners
-        told, RED's history, the counters (also before the store is read: ``before_read``)."""
+        told, RED's history, the counters (also before the store is read: ``before_read``).
+        ``refill_here``: the queue's producer callback the room made is due (if any) is
+        returned for the caller to run (``FrameQueue.sent_ahead_refill``), not scheduled."""
         in_c, fed = self._in_c, self._fed
         if in_c is None or fed is None:
-            return
+            return None
         count, seq = self._compiled.take_sent(in_c)  # type: ignore[union-attr]
         if not count:
-            return
+            return None
         stats = self.stats
         stats.frames_sent += count
         stats.speech_frames += count
         self._idle_slots = 0
-        octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
-                                 self.queue, self.store, self.sink.red)
+        queue = self.queue
+        # (room made first, as ``fed.sent`` does: what the owners' callbacks queue finds it)
+        refill = queue.sent_ahead_refill(count) if refill_here else None
+        try:
+            octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
+                                     queue, self.store, self.sink.red, not refill_here)
+        except BaseException:
+            if refill is not None:  # (the producer is not left waiting: as sent_ahead does)
+                asyncio.get_running_loop().call_soon(refill)
+            raise
         stats.bytes_sent += octets
         if error is not None:  # an owner's failure: the stream carries on
             self.failed(error)
+        return refill
 
     def path_still_valid(self) -> bool:
         compiled = self._compiled

@@ -45,7 +45,9 @@ class FedFrames:
         stream no longer in C): what it did not take is back at the queue's front, and the
         stream is to go back to the tick."""
         while (room := FED_SLOTS - self.count) > 0:
-            run = queue.pop_run(room)
+            # (counted in ``queue.ahead`` as they are popped: still against the queue's
+            # bound, so popping them wakes no producer -- sending them does: ``sent``)
+            run = queue.pop_run(room, ahead=True)
             if run is None:
                 return True
             payloads, owner, first = run
@@ -53,9 +55,9 @@ class FedFrames:
             if taken > 0:
                 self.runs.append([buf, payloads, owner, first, 0])
                 self.count += taken
-                queue.ahead += taken  # (still counted against the queue's bound)
                 self.last_owner = owner
             if taken < len(payloads):
+                queue.ahead -= len(payloads) - max(taken, 0)
                 for k in range(len(payloads) - 1, max(taken, 0) - 1, -1):
                     queue.push_front(payloads[k], owner, first + k)
                 if taken > 0:
@@ -64,14 +66,16 @@ class FedFrames:
         return True
 
     def sent(self, count: int, seq: int, now: float, queue: FrameQueue, store: FrameStore,
-             red: RedSender | None) -> tuple[int, Exception | None]:
+             red: RedSender | None, room: bool = True) -> tuple[int, Exception | None]:
         """C sent the oldest ``count`` of them as ``seq`` on (consecutive: no silence goes while
         a frame is fed): their refs recorded in the store (C wrote the ring's fields), RED's
         history, each owner told once for its part (``on_frames_sent`` at ``now``), room made
-        in ``queue`` (``FrameQueue.sent_ahead``). Returns their payload octets and the first
-        owner's failure, if any (all are recorded whatever an owner does)."""
+        in ``queue`` (``FrameQueue.sent_ahead``; ``room`` False: the caller makes it, with
+        ``FrameQueue.sent_ahead_refill``). Returns their payload octets and the first owner's
+        failure, if any (all are recorded whatever an owner does)."""
         self.count -= count
-        queue.sent_ahead(count)
+        if room:
+            queue.sent_ahead(count)
         runs = self.runs
         octets = 0
         error: Exception | None = None

@@ -53,16 +53,16 @@ def queued(queue: FrameQueue) -> list[tuple[bytes, object, int]]:
 
 def test_feeds_runs_up_to_the_ring_and_reports_each_new_owners_first_frame():
     a, b = Owner(), Owner()
-    queue = FrameQueue(50)
+    queue = FrameQueue(FED_SLOTS + 26)
     queue.offer([b"a%d" % k for k in range(5)], a, 0)
-    queue.offer([b"b%d" % k for k in range(20)], b, 3)
+    queue.offer([b"b%d" % k for k in range(FED_SLOTS + 15)], b, 3)
     fed, c = FedFrames(), FakeC()
     assert fed.feed(queue, c)
     assert fed.count == FED_SLOTS and len(c.fed) == FED_SLOTS
     assert [(p, i, r) for p, i, r in c.fed[:6]] == [
         (b"a0", 0, True), (b"a1", 1, False), (b"a2", 2, False), (b"a3", 3, False),
         (b"a4", 4, False), (b"b0", 3, True)]
-    assert len(queue) == 25 - FED_SLOTS
+    assert len(queue) == 20
     # the same owner's next run is not reported again
     c.fed.clear()
     fed.sent(FED_SLOTS, 100, 1.0, queue, FrameStore(), None)
@@ -100,15 +100,15 @@ def test_an_owners_failure_is_returned_and_the_rest_recorded():
 
 def test_take_back_queues_what_was_not_sent_in_order_at_the_front():
     a, b = Owner(), Owner()
-    queue = FrameQueue(50)
+    queue = FrameQueue(FED_SLOTS + 26)
     queue.offer([b"a%d" % k for k in range(4)], a, 0)
-    queue.offer([b"b%d" % k for k in range(30)], b, 0)
+    queue.offer([b"b%d" % k for k in range(FED_SLOTS + 6)], b, 0)
     fed = FedFrames()
     fed.feed(queue, FakeC())
     fed.sent(2, 0, 1.0, queue, FrameStore(), None)  # a0, a1 sent
     assert fed.take_back(queue) == FED_SLOTS - 2 and fed.count == 0
     expected = [(b"a%d" % k, a, k) for k in range(2, 4)] + [
-        (b"b%d" % k, b, k) for k in range(30)]
+        (b"b%d" % k, b, k) for k in range(FED_SLOTS + 6)]
     assert queued(queue) == expected
 
 
@@ -141,3 +141,29 @@ def test_frames_fed_ahead_count_against_the_queues_bound():
     assert woken == [1]  # queued + ahead = low water: the producer's turn
     back = size // 2 - 4  # fed, not sent
     assert fed.take_back(queue) == back and queue.ahead == 0 and len(queue) == size // 2
+
+
+def test_feeding_wakes_no_producer_sending_does():
+    """Frames popped to be fed count against the bound as they are popped: the feed makes no
+    room (a producer woken there was a refill outside the visit, a loop callback of its own);
+    their sending does (``sent``; in a visit, ``FrameQueue.sent_ahead_refill``)."""
+    a = Owner()
+    size = FED_SLOTS + 4
+    queue = FrameQueue(size, low_water=size - 2)
+    assert queue.offer([b"x"] * size, a, 0) == size
+    woken: list[int] = []
+    queue.when_space(lambda: woken.append(1))  # (no loop: called at once when due)
+    fed = FedFrames()
+    assert fed.feed(queue, FakeC())
+    assert queue.ahead == FED_SLOTS and len(queue) == 4 and not woken
+    fed.sent(2, 0, 1.0, queue, FrameStore(), None)
+    assert woken == [1]
+
+
+def test_a_frame_c_does_not_take_is_not_counted_ahead():
+    a = Owner()
+    queue = FrameQueue(50)
+    queue.offer([b"ok", b"x" * 2000, b"after"], a, 0)
+    fed = FedFrames()
+    assert not fed.feed(queue, FakeC())
+    assert queue.ahead == 1 and len(queue) == 2
