@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway.media.opus_codec import EncoderSettings
 from gateway.speech.phrase import settings_tag
@@ -140,3 +141,42 @@ def test_store_delete_checks_the_modification_time(tmp_path: Path):
     assert store.path(k).exists() and store.kept_for_others == 1
     other.delete(k)
     assert not store.path(k).exists() and other.deletes == 1
+
+
+def test_hits_touch_an_entry_s_file_at_most_once_per_interval(tmp_path: Path, monkeypatch):
+    """A phrase replayed to many sessions at once is one touch of its file, not one a hit; after
+    ``TOUCH_EVERY_S`` the next hit touches again, and writes back a file another worker
+    deleted meanwhile."""
+    from gateway.speech import phrase_cache
+
+    clock = [1_000.0]
+    monkeypatch.setattr(phrase_cache.time, "monotonic", lambda: clock[0])
+    touched: list[str] = []
+    real_touch = PhraseStore.touch
+
+    def spy(store: PhraseStore, key: Any, phrase: Any = None) -> None:
+        touched.append(key.text)
+        real_touch(store, key, phrase)
+
+    monkeypatch.setattr(PhraseStore, "touch", spy)
+    cache = PhraseCache(1 << 20, tmp_path, settings=S)
+    hello, bye = cache.key("v", "hello", S), cache.key("v", "bye", S)
+    cache.put(hello, phrase(seed=0))
+    cache.put(bye, phrase(seed=1))
+    for _ in range(50):
+        assert cache.get(hello) is not None
+    assert cache.get(bye) is not None  # each entry its own interval
+    cache.flush()
+    assert touched == ["hello", "bye"] and cache.hits == 51
+    (tmp_path / f"{hello.digest}{SUFFIX}").unlink()  # another worker's eviction
+    clock[0] += phrase_cache.TOUCH_EVERY_S - 0.5
+    cache.get(hello)
+    cache.flush()
+    assert touched == ["hello", "bye"]
+    clock[0] += 0.5
+    cache.get(hello)
+    cache.flush()
+    assert touched == ["hello", "bye", "hello"]
+    assert (tmp_path / f"{hello.digest}{SUFFIX}").exists()  # written again
+    assert cache.stats()["disk"]["rewrites"] == 1
+    cache.close()

@@ -12,13 +12,18 @@ background thread, deleted when evicted, loaded (newest first, up to the bound) 
 Processes sharing the directory (``--workers``) each evict in their own memory; a file is
 deleted only by a process that no other has used it since (``PhraseStore.delete``: the file's
 modification time tells), so one worker's eviction never takes a file another still hits, and a
-hit on an entry whose file went is written again.
+hit on an entry whose file went is written again. A hit touches the file at most once per
+``TOUCH_EVERY_S`` an entry: a phrase replayed to many sessions at once (a greeting to every new
+caller) is one touch, not one thread hand-over per hit (docs/density.md, "The speaking
+premium": 67 a second at 1,000 streams replaying one 15 s phrase). The cross-process LRU then
+reads a use up to that much late, and a file gone is written again on the next touch.
 Files that are corrupt or from other settings are ignored and counted, never served.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +43,7 @@ log = logging.getLogger(__name__)
 
 ENTRY_OVERHEAD = 256  # bytes charged per entry for the key, the objects and the LRU link
 DEFAULT_MAX_ENTRY_BYTES = 512 * 1024  # about two minutes of speech at 32 kbit/s
+TOUCH_EVERY_S = 10.0  # a hit touches its entry's file at most this often (module docstring)
 
 
 def _charge(key: PhraseKey, phrase: CachedPhrase) -> int:
@@ -60,6 +66,7 @@ class PhraseCache:
         cap = DEFAULT_MAX_ENTRY_BYTES if max_entry_bytes is None else max_entry_bytes
         self.max_entry_bytes = min(cap, self.max_bytes)
         self._entries: OrderedDict[PhraseKey, tuple[CachedPhrase, int]] = OrderedDict()
+        self._touched: dict[PhraseKey, float] = {}  # an entry's last touch (monotonic), if any
         self.bytes = 0
         self.hits = self.misses = self.stores = self.evictions = self.too_large = 0
         self.settings = settings or EncoderSettings()
@@ -87,7 +94,12 @@ class PhraseCache:
             return None
         self.hits += 1
         self._entries.move_to_end(key)
-        self._background("touch", key, entry[0])
+        if self._io is not None:
+            now = time.monotonic()
+            last = self._touched.get(key)
+            if last is None or now - last >= TOUCH_EVERY_S:
+                self._touched[key] = now
+                self._background("touch", key, entry[0])
         return entry[0]
 
     def __contains__(self, key: PhraseKey) -> bool:
@@ -122,6 +134,7 @@ class PhraseCache:
             return False
         while self.bytes + size > self.max_bytes:
             old, (_, old_size) = self._entries.popitem(last=False)
+            self._touched.pop(old, None)
             self.bytes -= old_size
             self.evictions += 1
             self._background("delete", old)
@@ -133,6 +146,7 @@ class PhraseCache:
         for key in list(self._entries):
             self._background("delete", key)
         self._entries.clear()
+        self._touched.clear()
         self.bytes = 0
 
     def _background(self, op: str, key: PhraseKey, phrase: CachedPhrase | None = None) -> None:
