@@ -7,8 +7,8 @@ a 20 ms slot and asks for the stream when its fed frames fall to ``sendpath.FED_
 out, as ``gw_run_parked`` does. A visit records what was sent and feeds more, as
 ``BatchStream.sent_from_c`` does; the producer's refill, when the room a visit made wakes it,
 runs either in a loop callback of its own before the next slot (``FrameQueue.sent_ahead``'s
-``call_soon``) or inside the visit before it feeds (``FrameQueue.sent_ahead_refill``). Prints
-the visits a replay costs for each ring size (``FED_SLOTS``) and each way.
+``call_soon``) or inside the visit before it feeds (``FrameQueue.sent_ahead`` with
+``hand_back``). Prints the visits a replay costs for each ring size (``FED_SLOTS``) and each way.
 
     python -m bench.fed_visits [--frames 750] [--slots 24 32 48]
 """
@@ -54,12 +54,8 @@ class _LoopQueue(FrameQueue):
         super().__init__(maxsize)
         self.later: list[Callable[[], None]] = []
 
-    def _drained(self) -> None:
-        self._space.set()
-        callback = self._on_space
-        if callback is not None:
-            self._on_space = None
-            self.later.append(callback)
+    def _wake(self, callback: Callable[[], None]) -> None:
+        self.later.append(callback)
 
 
 def visits(frames: int, slots: int, in_visit: bool, queue_frames: int = 50
@@ -97,7 +93,7 @@ def visits(frames: int, slots: int, in_visit: bool, queue_frames: int = 50
         if len(ring) in (FED_LOW, 0):
             count += 1
             if in_visit:
-                refill = queue.sent_ahead_refill(pending)
+                refill = queue.sent_ahead(pending, hand_back=True)
                 fed.sent(pending, seq, 0.0, queue, store, None, False)
                 if refill is not None:
                     refill()

@@ -159,18 +159,26 @@ class FrameQueue:
         if self._on_space == callback:  # a bound method: equal, not the same object
             self._on_space = None
 
-    def _drained(self) -> None:
-        """Room again (down to low water, or cleared): wake the producer, task or callback."""
+    def _drained(self, hand_back: bool = False) -> Callable[[], None] | None:
+        """Room again (down to low water, or cleared): wake the producer, task or callback
+        (``hand_back``: the callback returned for the caller to run, not scheduled)."""
         self._space.set()
         callback = self._on_space
         if callback is not None:
             self._on_space = None
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:  # no loop (a unit test popping by hand): at once
-                callback()
-            else:
-                loop.call_soon(callback)
+            if hand_back:
+                return callback
+            self._wake(callback)
+        return None
+
+    def _wake(self, callback: Callable[[], None]) -> None:
+        """A producer's ``when_space`` callback run soon: the loop's next iteration."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a unit test popping by hand): at once
+            callback()
+        else:
+            loop.call_soon(callback)
 
     def _append(
         self, payloads: Sequence[bytes], owner: FrameOwner | None, index_base: int, done: int
@@ -265,26 +273,19 @@ class FrameQueue:
             self._drained()
         return out, owner, first
 
-    def sent_ahead(self, count: int) -> None:
-        """``count`` of the frames taken ahead (``ahead``) went out: room for the producer."""
-        self.ahead -= count
-        if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
-            self._drained()
+    def sent_ahead(self, count: int, hand_back: bool = False) -> Callable[[], None] | None:
+        """``count`` of the frames taken ahead (``ahead``) went out: room for the producer.
 
-    def sent_ahead_refill(self, count: int) -> Callable[[], None] | None:
-        """``sent_ahead`` for a consumer that takes more right after (the compiled path's
-        visit, ``BatchStream.sent_from_c``): a task producer is woken as there, but a
-        ``when_space`` callback now due is returned, for the caller to run before it takes
-        more -- not scheduled with ``call_soon``. The refill then lands in the same visit, so
-        that visit can feed a full run, where the ``call_soon`` was a loop callback of its own
-        and the next visit came a few frames later to take what it queued (docs/density.md,
-        "The speaking premium")."""
+        ``hand_back``: for a consumer that takes more right after (the compiled path's visit,
+        ``BatchStream.sent_from_c``): a task producer is woken as ever, but a ``when_space``
+        callback now due is returned, for the caller to run before it takes more, not
+        scheduled with ``call_soon``. The refill then lands in the same visit, so that visit
+        can feed a full run, where the ``call_soon`` was a loop callback of its own and the next
+        visit came a few frames later to take what it queued (docs/density.md, "The speaking
+        premium")."""
         self.ahead -= count
         if len(self._payloads) + self.ahead <= self.low_water and not self._space.is_set():
-            self._space.set()
-            callback = self._on_space
-            self._on_space = None
-            return callback
+            return self._drained(hand_back)
         return None
 
     def clear(self) -> list[EncodedFrame]:

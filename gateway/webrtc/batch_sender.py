@@ -421,7 +421,8 @@ class BatchStream:
         """The fed frames C sent since the last time, recorded: the store's refs, their owners
         told, RED's history, the counters (also before the store is read: ``before_read``).
         ``refill_here``: the queue's producer callback the room made is due (if any) is
-        returned for the caller to run (``FrameQueue.sent_ahead_refill``), not scheduled."""
+        returned for the caller to run (``FrameQueue.sent_ahead``'s ``hand_back``), not
+        scheduled."""
         in_c, fed = self._in_c, self._fed
         if in_c is None or fed is None:
             return None
@@ -434,7 +435,7 @@ class BatchStream:
         self._idle_slots = 0
         queue = self.queue
         # (room made first, as ``fed.sent`` does: what the owners' callbacks queue finds it)
-        refill = queue.sent_ahead_refill(count) if refill_here else None
+        refill = queue.sent_ahead(count, hand_back=True) if refill_here else None
         try:
             octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
                                      queue, self.store, self.sink.red, not refill_here)

@@ -71,8 +71,8 @@ class FedFrames:
         a frame is fed): their refs recorded in the store (C wrote the ring's fields), RED's
         history, each owner told once for its part (``on_frames_sent`` at ``now``), room made
         in ``queue`` (``FrameQueue.sent_ahead``; ``room`` False: the caller makes it, with
-        ``FrameQueue.sent_ahead_refill``). Returns their payload octets and the first owner's
-        failure, if any (all are recorded whatever an owner does)."""
+        ``FrameQueue.sent_ahead``'s ``hand_back``). Returns their payload octets and the first
+        owner's failure, if any (all are recorded whatever an owner does)."""
         self.count -= count
         if room:
             queue.sent_ahead(count)

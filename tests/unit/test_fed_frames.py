@@ -146,7 +146,7 @@ def test_frames_fed_ahead_count_against_the_queues_bound():
 def test_feeding_wakes_no_producer_sending_does():
     """Frames popped to be fed count against the bound as they are popped: the feed makes no
     room (a producer woken there was a refill outside the visit, a loop callback of its own);
-    their sending does (``sent``; in a visit, ``FrameQueue.sent_ahead_refill``)."""
+    their sending does (``sent``; in a visit, ``FrameQueue.sent_ahead(..., hand_back=True)``)."""
     a = Owner()
     size = FED_SLOTS + 4
     queue = FrameQueue(size, low_water=size - 2)

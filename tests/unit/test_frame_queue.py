@@ -172,7 +172,7 @@ def test_when_space_without_a_loop_calls_back_at_once():
     assert calls == [0]
 
 
-async def test_sent_ahead_refill_returns_the_due_callback_instead_of_scheduling_it():
+async def test_sent_ahead_handing_back_returns_the_due_callback_instead_of_scheduling_it():
     """The compiled path's visit runs the producer's refill itself, before it feeds more."""
     q = FrameQueue(maxsize=4, low_water=1)
     calls: list[int] = []
@@ -182,14 +182,14 @@ async def test_sent_ahead_refill_returns_the_due_callback_instead_of_scheduling_
     q.ahead += 3  # fed ahead (webrtc/fed_frames.py)
     assert q.offer([b"e"], None) == 0
     q.when_space(lambda: calls.append(len(q)))
-    assert q.sent_ahead_refill(1) is None  # 1 queued + 2 ahead: above low water
-    refill = q.sent_ahead_refill(2)  # 1 queued + 0 ahead: low water
+    assert q.sent_ahead(1, hand_back=True) is None  # 1 queued + 2 ahead: above low water
+    refill = q.sent_ahead(2, hand_back=True)  # 1 queued + 0 ahead: low water
     assert refill is not None
     await asyncio.sleep(0)
     assert calls == []  # not scheduled: the caller's to run
     refill()
     assert calls == [1]
-    assert q.sent_ahead_refill(0) is None  # once
+    assert q.sent_ahead(0, hand_back=True) is None  # once
     blocked = asyncio.create_task(q.extend([b"f"] * 4, None))  # a task producer: woken as ever
     await asyncio.sleep(0)
     assert not blocked.done()
