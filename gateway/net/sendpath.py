@@ -321,20 +321,26 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
    The data must stay valid until the frames are sent and taken (gw_take_sent) or taken back
    (gw_unfeed). Returns how many were taken: all, or fewer when the ring is full or a frame is
    too long (the first not taken); -1: not parked. */
+/* One speech frame into the stream's fed ring: 0 when the ring is full or the frame does not
+   fit a slot (nothing written), else 1. */
+static int gw_fed_push(gw_stream *s, const unsigned char *p, long len, unsigned int index,
+                       int report) {
+    if (s->fed_n >= GW_FED || len < 0 || len > GW_FEED) return 0;
+    gw_fed *f = &s->fed[(s->fed_head + s->fed_n) % GW_FED];
+    f->p = p;
+    f->len = (int)len | (report ? GW_REPORT : 0);
+    f->index = index;
+    s->fed_n++;
+    return 1;
+}
+
 int gw_feed_run(gw_stream *s, const uintptr_t *ptrs, const int *lens, int n,
                 unsigned int first_index, int report) {
     if (!s->parked_at) return -1;
     int taken = 0;
-    while (taken < n && s->fed_n < GW_FED) {
-        int len = lens[taken];
-        if (len < 0 || len > GW_FEED) break;
-        gw_fed *f = &s->fed[(s->fed_head + s->fed_n) % GW_FED];
-        f->p = (const unsigned char *)ptrs[taken];
-        f->len = len | (taken == 0 && report ? GW_REPORT : 0);
-        f->index = first_index + (unsigned int)taken;
-        s->fed_n++;
+    while (taken < n && gw_fed_push(s, (const unsigned char *)ptrs[taken], lens[taken],
+                                    first_index + (unsigned int)taken, taken == 0 && report))
         taken++;
-    }
     return taken;
 }
 
@@ -355,15 +361,12 @@ int gw_feed_list(gw_stream *s, uintptr_t list, unsigned int first_index, int rep
             break;
         }
     }
-    while (taken >= 0 && taken < n && s->fed_n < GW_FED) {
+    while (taken >= 0 && taken < n) {
         PyObject *frame = PyList_GetItem(frames, taken);
-        Py_ssize_t len = PyBytes_Size(frame);
-        if (len > GW_FEED) break;
-        gw_fed *f = &s->fed[(s->fed_head + s->fed_n) % GW_FED];
-        f->p = (const unsigned char *)PyBytes_AsString(frame);
-        f->len = (int)len | (taken == 0 && report ? GW_REPORT : 0);
-        f->index = first_index + (unsigned int)taken;
-        s->fed_n++;
+        if (!gw_fed_push(s, (const unsigned char *)PyBytes_AsString(frame),
+                         (long)PyBytes_Size(frame), first_index + (unsigned int)taken,
+                         taken == 0 && report))
+            break;
         taken++;
     }
     PyGILState_Release(gil);
@@ -711,9 +714,9 @@ class CompiledBatch:
         when its ring is full or a frame is longer than ``FEED_MAX`` --, what else the caller
         keeps alive with ``payloads`` until they are taken or taken back). C reads each frame
         where it lies, in its ``bytes``: their lengths and data read from the list in C
-        (``gw_feed_list``, one call a run); where that cannot be relied on (not CPython, or a
-        payload that is not exactly ``bytes``), from a copy of them end to end, the second
-        item. ``report``: its handle is listed by
+        (``gw_feed_list``, one call a run); where that cannot be relied on (not CPython, not a
+        list, or a payload that is not exactly ``bytes``), from a copy of them end to end, the
+        second item. ``report``: its handle is listed by
         ``run_parked`` when the first is sent. -1 taken: not parked."""
         if _DATA_OFFSET is not None and type(payloads) is list:
             # (C reads each frame's length and data from its bytes: one call, no arrays)
@@ -722,14 +725,9 @@ class CompiledBatch:
             if taken != -2:  # (-2: a payload not exactly bytes, nothing taken: a copy)
                 return int(taken), None
         lens = [len(p) for p in payloads]
-        if _DATA_OFFSET is not None and all(type(p) is bytes for p in payloads):
-            offset = _DATA_OFFSET
-            buf = None
-            ptrs = [id(p) + offset for p in payloads]
-        else:
-            buf = self._ffi.from_buffer("unsigned char[]", b"".join(payloads))
-            base = int(self._ffi.cast("uintptr_t", buf))
-            ptrs = list(itertools.accumulate(lens[:-1], initial=base))
+        buf = self._ffi.from_buffer("unsigned char[]", b"".join(payloads))
+        base = int(self._ffi.cast("uintptr_t", buf))
+        ptrs = list(itertools.accumulate(lens[:-1], initial=base))
         taken = self._lib.gw_feed_run(stream, ptrs, lens, len(payloads),
                                       first_index & 0xFFFFFFFF, report)
         return int(taken), buf
