@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,10 +80,8 @@ class TransitTracker:
     def __init__(self, window: int = 100, quantile: float = 0.1) -> None:
         self._values = SlidingWindow(window)
         self._quantile = quantile
-        self.add = self._values.add  # (once per packet: the window's own, no call between)
-
-    def add(self, transit: float) -> None:  # (replaced per instance by the window's add)
-        self._values.add(transit)
+        #: one transit added (once a packet: the window's own ``add``, no call between)
+        self.add: Callable[[float], object] = self._values.add
 
     @property
     def minimum(self) -> float | None:
