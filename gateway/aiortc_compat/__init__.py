@@ -110,6 +110,7 @@ from gateway.aiortc_compat.descriptions import (  # noqa: F401
     pack_descriptions,
 )
 from gateway.aiortc_compat.dtls import *  # noqa: F403
+from gateway.aiortc_compat.dtls import _srtp_sender_problems
 from gateway.aiortc_compat.ice import *  # noqa: F403
 from gateway.aiortc_compat.ice import (
     _check_pacing_problems,
@@ -173,6 +174,7 @@ def check_internals() -> list[str]:
     problems.extend(_check_pacing_problems())
     problems.extend(_rx_fast_problems())
     problems.extend(_nominated_problems())
+    problems.extend(_srtp_sender_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):
         problems.append("pylibsrtp._binding / SRTP_MAX_TRAILER_LEN")
     return problems

@@ -1,10 +1,14 @@
-"""DTLS/SRTP: libsrtp's ``srtp_protect`` on pylibsrtp's own session, and the release of an
-established DTLS client's OpenSSL state."""
+"""DTLS/SRTP: libsrtp's ``srtp_protect`` on pylibsrtp's own session, an outbound session's RTP
+protected in C (``TxSession``, ``install_srtp_sender``), and the release of an established DTLS
+client's OpenSSL state."""
 
 from __future__ import annotations
 
+import dis
 from collections.abc import Callable
+from typing import Any
 
+import aiortc.rtcdtlstransport
 import pylibsrtp
 from aiortc import (
     RTCDtlsTransport,
@@ -12,12 +16,16 @@ from aiortc import (
 from OpenSSL import SSL
 
 from gateway.aiortc_compat._common import _require
+from gateway.net import srtp_gcm
 
 
 def srtp_protector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
     """``session.protect`` without its per-call overhead (a new ``int *`` per call, type checks):
     libsrtp's ``srtp_protect`` on the session's own buffer, ≈1.1 µs less per packet. Falls back
-    to ``session.protect`` when pylibsrtp's internals are not where this expects them."""
+    to ``session.protect`` when pylibsrtp's internals are not where this expects them. A
+    ``TxSession``'s own ``protect`` (its RTP is never libsrtp's)."""
+    if isinstance(session, TxSession):
+        return session.protect
     return _srtp_call(session, "srtp_protect", pylibsrtp.SRTP_MAX_TRAILER_LEN) or session.protect
 
 
@@ -169,3 +177,98 @@ def srtp_session_address(session: pylibsrtp.Session) -> int | None:
     if srtp is None or binding is None:
         return None
     return int(binding.ffi.cast("uintptr_t", srtp[0]))
+
+
+def srtp_protect_handle(session: pylibsrtp.Session, ssrc: int) -> tuple[int, int] | None:
+    """(the address of a ``(void *, void *, int *)`` protect function, its first argument) that
+    protects the session's RTP of ``ssrc`` from C: a ``TxSession``'s ``gw_gcm_protect`` on the
+    SSRC's state, else libsrtp's ``srtp_protect`` on the session's ``srtp_t``. None when
+    pylibsrtp's internals moved."""
+    if isinstance(session, TxSession):
+        return session.sender(ssrc).protect_address
+    protect, srtp = srtp_protect_address(), srtp_session_address(session)
+    if protect is None or srtp is None:
+        return None
+    return protect, srtp
+
+
+# --- SRTP: an outbound session's RTP protected in C (gateway/net/srtp_gcm.py) -----------------
+
+MAX_TX_SSRCS = 16  # a gateway session sends one audio SSRC; libsrtp's template has no bound
+
+
+class TxSession(pylibsrtp.Session):
+    """aiortc's outbound SRTP session (``_tx_srtp``) whose RTP is protected by ``srtp_gcm``, one
+    ``GcmTx`` per SSRC, made at its first packet as libsrtp clones its template; RTCP stays
+    libsrtp's (``protect_rtcp``: its SRTCP index is its own). Every RTP packet of the session
+    goes through ``protect`` / ``srtp_protect_handle``: aiortc's ``_send_rtp``, the direct and
+    compiled senders, NACK answers -- never libsrtp too, so one index estimate exists per SSRC.
+    The bytes are libsrtp's (tests/unit/test_srtp_gcm.py)."""
+
+    def __init__(self, policy: pylibsrtp.Policy, module: Any, crypto: Any) -> None:
+        super().__init__(policy)
+        key = policy.key
+        self._gw_master = bytes(key) if key is not None else b""
+        self._gw_profile = policy.srtp_profile
+        self._gw_module, self._gw_crypto = module, crypto
+        self._gw_senders: dict[int, srtp_gcm.GcmTx] = {}
+
+    def sender(self, ssrc: int) -> srtp_gcm.GcmTx:
+        """The SSRC's protection state (made now if new; ``pylibsrtp.Error`` past
+        ``MAX_TX_SSRCS``)."""
+        tx = self._gw_senders.get(ssrc)
+        if tx is None:
+            if len(self._gw_senders) >= MAX_TX_SSRCS:
+                raise pylibsrtp.Error("too many outbound SSRCs on one SRTP session")
+            tx = self._gw_senders[ssrc] = srtp_gcm.GcmTx(
+                self._gw_module, self._gw_crypto, self._gw_profile, self._gw_master)
+        return tx
+
+    def protect(self, packet: bytes) -> bytes:
+        if len(packet) < 12:
+            raise pylibsrtp.Error("srtp_protect failed (2)")  # libsrtp's bad_param
+        return self.sender(int.from_bytes(packet[8:12], "big")).protect(packet)
+
+
+_ORIGINAL_SESSION = aiortc.rtcdtlstransport.Session
+
+
+def install_srtp_sender(mode: str) -> tuple[str, str]:
+    """``--srtp-sender``: make aiortc's ``_setup_srtp`` create its outbound session of an AEAD
+    AES-GCM profile as a ``TxSession`` (``c``; ``auto``: where ``srtp_gcm`` builds and finds
+    libcrypto) or a plain libsrtp one (``libsrtp``). Process-wide, for sessions set up from now
+    on. Returns (``c`` or ``libsrtp``, why not ``c``); ``c`` raises RuntimeError where it cannot
+    be had."""
+    module = srtp_gcm.load() if mode != "libsrtp" else None
+    if module is None:
+        aiortc.rtcdtlstransport.Session = _ORIGINAL_SESSION  # type: ignore[misc]
+        if mode == "c":
+            raise RuntimeError("--srtp-sender c: the module or libcrypto is unavailable")
+        return "libsrtp", "--srtp-sender libsrtp" if mode == "libsrtp" else "unavailable"
+    crypto = srtp_gcm.crypto()
+
+    def session(policy: pylibsrtp.Policy | None = None) -> pylibsrtp.Session:
+        if (policy is not None and policy.ssrc_type == pylibsrtp.Policy.SSRC_ANY_OUTBOUND
+                and policy.srtp_profile in srtp_gcm.PROFILES):
+            return TxSession(policy, module, crypto)
+        return _ORIGINAL_SESSION(policy)
+
+    aiortc.rtcdtlstransport.Session = session  # type: ignore[misc, assignment]
+    return "c", ""
+
+
+def _srtp_sender_problems() -> list[str]:
+    """``_setup_srtp`` still makes its sessions by the module's ``Session`` name, with a
+    ``window_size`` (``srtp_gcm.WINDOW``) and ``allow_repeat_tx`` this protection mirrors."""
+    setup = getattr(RTCDtlsTransport, "_setup_srtp", None)
+    if not callable(setup):
+        return ["RTCDtlsTransport._setup_srtp"]
+    names = {ins.argval for ins in dis.get_instructions(setup)
+             if ins.opname in ("LOAD_GLOBAL", "STORE_ATTR", "LOAD_ATTR")}
+    consts = {ins.argval for ins in dis.get_instructions(setup) if ins.opname == "LOAD_CONST"}
+    problems = [f"RTCDtlsTransport._setup_srtp no longer uses {name}"
+                for name in ("Session", "Policy", "SSRC_ANY_OUTBOUND", "window_size",
+                             "allow_repeat_tx") if name not in names]
+    if srtp_gcm.WINDOW not in consts:
+        problems.append(f"RTCDtlsTransport._setup_srtp's window is not {srtp_gcm.WINDOW}")
+    return problems

@@ -22,8 +22,8 @@ from aiortc import (
 from gateway.aiortc_compat._common import _ice_connection, _require
 from gateway.aiortc_compat.dtls import (
     srtp_protect_address,
+    srtp_protect_handle,
     srtp_protector,
-    srtp_session_address,
 )
 from gateway.net import sendpath
 from gateway.net.sendmmsg import sockaddr_bytes
@@ -225,10 +225,11 @@ def compiled_rtp_sender(
         return None
     connection = _ice_connection(transport)
     nominated = watched_nominated(connection)
-    session = transport._tx_srtp  # held by ``send``: its srtp_t must outlive every packet
-    srtp_address = srtp_session_address(session)
-    if srtp_address is None:
+    session = transport._tx_srtp  # held by ``send``: its state must outlive every packet
+    handle = srtp_protect_handle(session, int.from_bytes(header[8:12], "big"))
+    if handle is None:
         return None
+    protect_address, srtp_address = handle
 
     def resolve(pair: Any) -> tuple[Any, Any, Any] | None:
         """(endpoint, its mux, the mux's batch) of a nominated pair, when compiled."""
@@ -250,7 +251,7 @@ def compiled_rtp_sender(
     if name is None:
         return None
     try:
-        stream = batch.new_stream(header, ast_at, srtp_address, name)
+        stream = batch.new_stream(header, ast_at, srtp_address, name, protect_address)
     except ValueError:
         return None
     stage_c, ptr = batch.stage_c, batch.ptr

@@ -21,6 +21,7 @@ from gateway.api.routes import (
     OPENAPI,
     REGISTRY,
     SDP_LIMITS,
+    SRTP_SENDER,
     VOICES,
     routes,
     stamp_arrival,
@@ -92,6 +93,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         udp_mux = MuxGroup(aiortc_compat.host_addresses(), config.udp_port,
                            use_sendmmsg=config.udp_sendmmsg, compiled=compiled,
                            send_path_reason=reason)
+    srtp_mode, srtp_reason = aiortc_compat.install_srtp_sender(config.srtp_sender)
+    app[SRTP_SENDER] = {"mode": srtp_mode, "reason": srtp_reason}
     METRICS.udp_mux.source = udp_mux.stats if udp_mux is not None else None
     METRICS.ice_consent.source = aiortc_compat.CONSENT.as_json
     app[REGISTRY] = SessionRegistry(

@@ -47,6 +47,7 @@ STALL_WATCH = web.AppKey("stall_watch", StallWatch)
 OPENAPI = web.AppKey("openapi", dict)
 SDP_LIMITS = web.AppKey("sdp_limits", SdpLimits)
 CANDIDATES = web.AppKey("candidate_budget", CandidateBudget)
+SRTP_SENDER = web.AppKey("srtp_sender", dict)  # who protects outbound RTP (--srtp-sender)
 # Scale-out (gateway.cluster): Locations are absolute under this URL (--advertise-url), and
 # a supervised worker adds its load to /healthz
 BASE_URL = web.AppKey("base_url", str)
@@ -460,6 +461,7 @@ async def healthz(request: web.Request) -> web.Response:
     body["send_path"] = "python" if registry.udp_mux is None else registry.udp_mux.send_path
     if registry.udp_mux is not None:
         body["udp_mux"] = registry.udp_mux.stats()
+    body["srtp_sender"] = request.app.get(SRTP_SENDER, {"mode": "libsrtp", "reason": ""})
     if METRICS.ice_consent.source is not None:
         body["ice_consent"] = METRICS.ice_consent.source()
     extra = request.app.get(HEALTH_EXTRA)

@@ -168,6 +168,14 @@ class GatewayConfig:
         choices=("auto", "compiled", "python"),
         group=NET,
     )
+    srtp_sender: str = opt(
+        "auto",
+        "who SRTP-protects outbound RTP of an AES-GCM session: c (net/srtp_gcm.py: libsrtp's "
+        "bytes, a stream's state in one block, built at install or first start; an error if it "
+        "cannot be), libsrtp, auto (c where it builds and finds libcrypto; in /healthz)",
+        choices=("auto", "c", "libsrtp"),
+        group=NET,
+    )
     ice_hosts: tuple[str, ...] = opt(
         (),
         "comma-separated addresses for ICE host candidates; "

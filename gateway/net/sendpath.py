@@ -50,7 +50,7 @@ typedef struct { ...; } gw_stream;
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer);
 void gw_batch_free(gw_batch *b);
 int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, int ast_at,
-                   uintptr_t srtp, const unsigned char *addr, int addr_len);
+                   uintptr_t srtp, uintptr_t protect, const unsigned char *addr, int addr_len);
 void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len);
 int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsigned int ts,
              unsigned int ast, unsigned long long ntp, const unsigned char *payload,
@@ -133,6 +133,7 @@ struct gw_stream {
     int header_len;
     int ast_at;
     void *srtp;
+    gw_protect_fn protect;  /* called as protect(srtp, packet, &len): the batch's, or its own */
     struct sockaddr_in6 addr;  /* (an IPv4 or IPv6 peer; not sockaddr_storage's 128 bytes) */
     socklen_t addr_len;
     /* what the sender's RTCP reports count, since the last take: packets and payload octets
@@ -198,13 +199,14 @@ void gw_stream_set_addr(gw_stream *s, const unsigned char *addr, int addr_len) {
 }
 
 int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, int ast_at,
-                   uintptr_t srtp, const unsigned char *addr, int addr_len) {
+                   uintptr_t srtp, uintptr_t protect, const unsigned char *addr, int addr_len) {
     if (header_len < 12 || header_len > GW_HDR) return -1;
     if (ast_at >= 0 && (ast_at < 12 || ast_at + 3 > header_len)) return -1;
     memcpy(s->header, header, header_len);
     s->header_len = header_len;
     s->ast_at = ast_at;
     s->srtp = (void *)srtp;
+    s->protect = (gw_protect_fn)protect;
     gw_stream_set_addr(s, addr, addr_len);
     return 0;
 }
@@ -232,7 +234,7 @@ int gw_stage(gw_batch *b, gw_stream *s, unsigned int b1, unsigned int seq, unsig
     }
     memcpy(p + s->header_len, payload, payload_len);
     int len = n;
-    int rc = b->protect(s->srtp, p, &len);
+    int rc = (s->protect ? s->protect : b->protect)(s->srtp, p, &len);
     if (rc) { b->protect_failed++; return -(1000 + rc); }
     b->iovs[i].iov_len = (size_t)len;
     memcpy(&b->names[i], &s->addr, s->addr_len);
@@ -624,11 +626,14 @@ class CompiledBatch:
         self.ptr = p
         self.flush_c = lib.gw_flush
 
-    def new_stream(self, header: bytes, ast_at: int, srtp_address: int, addr: bytes) -> Any:
-        """A ``gw_stream`` (owned by the caller: keep it as long as packets are staged)."""
+    def new_stream(self, header: bytes, ast_at: int, srtp_address: int, addr: bytes,
+                   protect_address: int = 0) -> Any:
+        """A ``gw_stream`` (owned by the caller: keep it as long as packets are staged; and
+        the state at ``srtp_address`` as long as the stream). Its packets are protected by
+        ``protect_address(srtp_address, packet, &len)``; 0: the batch's (libsrtp's)."""
         stream = self._ffi.new("gw_stream *")
-        rc = self._lib.gw_stream_init(stream, header, len(header), ast_at, srtp_address, addr,
-                                      len(addr))
+        rc = self._lib.gw_stream_init(stream, header, len(header), ast_at, srtp_address,
+                                      protect_address, addr, len(addr))
         if rc:
             raise ValueError("header template does not fit the compiled path")
         return stream

@@ -1,0 +1,173 @@
+"""gateway/net/srtp_gcm.py: an outbound AES-GCM session's RTP protected in C gives libsrtp's
+bytes, packet for packet, and refuses what libsrtp refuses.
+
+The reference is pylibsrtp's own session made as aiortc makes its sender's (``_setup_srtp``:
+SSRC_ANY_OUTBOUND, a 1,024-packet window, repeats allowed) on the same master key.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pylibsrtp
+import pytest
+
+from gateway import aiortc_compat
+from gateway.aiortc_compat.dtls import TxSession
+from gateway.net import srtp_gcm
+
+pytestmark = pytest.mark.skipif(srtp_gcm.load() is None,
+                                reason="no compiler or libcrypto: the sessions stay libsrtp's")
+
+
+def libsrtp_session(profile: int, master: bytes) -> pylibsrtp.Session:
+    policy = pylibsrtp.Policy(key=master, ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
+                              srtp_profile=profile)
+    policy.allow_repeat_tx = True
+    policy.window_size = 1024
+    return pylibsrtp.Session(policy)
+
+
+def own_sender(profile: int, master: bytes) -> srtp_gcm.GcmTx:
+    return srtp_gcm.GcmTx(srtp_gcm.load(), srtp_gcm.crypto(), profile, master)
+
+
+def packet(seq: int, ssrc: int = 0x12345678, payload: bytes = b"\x01\x02\x03",
+           csrcs: int = 0, extension: bytes | None = None) -> bytes:
+    first = 0x80 | csrcs | (0x10 if extension is not None else 0)
+    header = bytes([first, 111]) + seq.to_bytes(2, "big") + (seq * 960 % 2**32).to_bytes(
+        4, "big") + ssrc.to_bytes(4, "big")
+    header += b"".join((0xC0000000 + i).to_bytes(4, "big") for i in range(csrcs))
+    if extension is not None:
+        header += b"\xbe\xde" + (len(extension) // 4).to_bytes(2, "big") + extension
+    return header + payload
+
+
+def outcome(protect, data: bytes) -> bytes | str:  # type: ignore[no-untyped-def]
+    try:
+        return protect(data)  # type: ignore[no-any-return]
+    except pylibsrtp.Error as exc:
+        return f"refused: {exc}"[:8]
+
+
+@pytest.mark.parametrize("profile", sorted(srtp_gcm.PROFILES))
+@pytest.mark.parametrize("start", [0, 100, 0x7FF0, 0x8000, 0x8001, 65500])
+def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int) -> None:
+    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    rng = random.Random(start)
+    seq = start
+    for i in range(700):
+        data = packet(seq, payload=rng.randbytes(rng.randint(0, 300)))
+        assert own.protect(data) == ref.protect(data), (profile, start, i)
+        seq = (seq + 1) & 0xFFFF
+    if start >= 65500:
+        assert own.index >> 16 == 1  # the rollover counter went up at the wrap
+
+
+@pytest.mark.parametrize("profile", sorted(srtp_gcm.PROFILES))
+def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int) -> None:
+    """Retransmissions (a sequence number sent before, as a NACK answer sends it), packets
+    older than the window (refused by both), jumps forward and back across the wrap, CSRCs
+    and a header extension (in the AAD, not encrypted): the same bytes or the same refusal."""
+    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    rng = random.Random(profile)
+    newest = 65000
+    seqs: list[int] = []
+    for _ in range(3000):
+        roll = rng.random()
+        if roll < 0.70:
+            newest = (newest + 1) & 0xFFFF
+            seq = newest
+        elif roll < 0.85:
+            seq = (newest - rng.randint(0, 1100)) & 0xFFFF  # repeats; some past the window
+        elif roll < 0.95:
+            newest = (newest + rng.randint(2, 40000)) & 0xFFFF
+            seq = newest
+        else:
+            seq = rng.randrange(65536)
+        seqs.append(seq)
+        kind = rng.randrange(3)
+        data = packet(seq, payload=rng.randbytes(rng.randint(1, 80)),
+                      csrcs=2 if kind == 1 else 0,
+                      extension=b"\x10\xaa\xbb\xcc" if kind == 2 else None)
+        assert outcome(own.protect, data) == outcome(ref.protect, data), seqs[-5:]
+    old = packet((newest - 2000) & 0xFFFF)  # past the window: both refuse it
+    assert isinstance(outcome(own.protect, old), str) and isinstance(outcome(ref.protect, old), str)
+
+
+@pytest.mark.parametrize("data", [
+    b"\x80\x6f\x00\x01",  # shorter than a header
+    packet(1, csrcs=3)[:20],  # its CSRCs cut
+    packet(1, extension=b"\x10\xaa\xbb\xcc")[:14],  # its extension header cut
+    packet(1, extension=b"\x10\xaa\xbb\xcc")[:17],  # its extension cut
+])
+def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(data: bytes) -> None:
+    profile = 7
+    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    with pytest.raises(pylibsrtp.Error):
+        ref.protect(data)
+    with pytest.raises(pylibsrtp.Error):
+        own.protect(data)
+
+
+def test_the_key_derivation_is_rfc_3711s() -> None:
+    """RFC 3711 Appendix B.3's key derivation test vector, then the AEAD profiles' 12-octet
+    salt padded to the derivation's 14 (the packets above are libsrtp's on that)."""
+    key = bytes.fromhex("E1F97A0D3E018BE0D64FA32C06DE4139")
+    salt = bytes.fromhex("0EC675AD498AFEEBB6960B3AABE6")
+    assert srtp_gcm.derive(key, salt, 0, 16).hex() == "c61e7a93744f39ee10734afe3ff7a087"
+    assert srtp_gcm.derive(key, salt, 2, 14).hex() == "30cbbc08863d8c85d49db34a9ae1"
+    master = key + salt[:12]
+    assert srtp_gcm.session_keys(master, 16) == (srtp_gcm.derive(key, salt[:12] + bytes(2), 0, 16),
+                                                 srtp_gcm.derive(key, salt[:12] + bytes(2), 2, 12))
+    with pytest.raises(ValueError):
+        srtp_gcm.session_keys(master[:20], 16)
+
+
+def test_a_tx_session_protects_rtp_in_c_and_rtcp_by_libsrtp() -> None:
+    """The session aiortc gets (``install_srtp_sender``): its RTP is the C's, one state per
+    SSRC; its RTCP is libsrtp's; and the compiled path's handle is the same state."""
+    profile = 8
+    master = os.urandom(32 + 12)
+    policy = pylibsrtp.Policy(key=master, ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
+                              srtp_profile=profile)
+    policy.allow_repeat_tx = True
+    policy.window_size = 1024
+    session = TxSession(policy, srtp_gcm.load(), srtp_gcm.crypto())
+    ref = libsrtp_session(profile, master)
+    for seq in range(65530, 65536 + 10):
+        for ssrc in (1, 2):
+            data = packet(seq & 0xFFFF, ssrc=ssrc)
+            assert session.protect(data) == ref.protect(data)
+    rtcp = bytes([0x80, 200, 0, 6]) + (1).to_bytes(4, "big") + bytes(20)
+    assert session.protect_rtcp(rtcp) == ref.protect_rtcp(rtcp)
+    assert aiortc_compat.srtp_protect_handle(session, 1) == session.sender(1).protect_address
+    assert aiortc_compat.srtp_protector(session) == session.protect
+    with pytest.raises(pylibsrtp.Error):
+        for ssrc in range(3, 3 + aiortc_compat.MAX_TX_SSRCS):
+            session.protect(packet(1, ssrc=ssrc))
+
+
+def test_install_makes_aiortcs_outbound_sessions_and_only_those() -> None:
+    import aiortc.rtcdtlstransport as dtls
+
+    try:
+        assert aiortc_compat.install_srtp_sender("c") == ("c", "")
+        outbound = pylibsrtp.Policy(key=os.urandom(28), srtp_profile=7,
+                                    ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
+        inbound = pylibsrtp.Policy(key=os.urandom(28), srtp_profile=7,
+                                   ssrc_type=pylibsrtp.Policy.SSRC_ANY_INBOUND)
+        cm = pylibsrtp.Policy(key=os.urandom(30), srtp_profile=1,
+                              ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
+        assert type(dtls.Session(outbound)) is TxSession
+        assert type(dtls.Session(inbound)) is pylibsrtp.Session
+        assert type(dtls.Session(cm)) is pylibsrtp.Session  # AES-CM + HMAC: libsrtp's
+        assert aiortc_compat.install_srtp_sender("libsrtp")[0] == "libsrtp"
+        assert type(dtls.Session(outbound)) is pylibsrtp.Session
+    finally:
+        aiortc_compat.install_srtp_sender("auto")
+    assert aiortc_compat.check_internals() == []
