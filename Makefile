@@ -47,7 +47,7 @@ $(RUN_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -e ".[voice,listen,speed]"
 	$(BIN)/python -m gateway.net.sendpath  # the compiled send path (no compiler: Python path)
 	$(BIN)/python -m gateway.media.pcm_c  # a talker's period helpers (the same)
-	$(BIN)/python -m gateway.net.srtp_gcm  # outbound SRTP for AES-GCM sessions (no compiler: libsrtp)
+	$(BIN)/python -m gateway.net.srtp_tx  # outbound SRTP in C (no compiler: libsrtp)
 	touch $@
 
 # ... and the dev tools the tests, benches and linters use (after the Debian parts: pesq builds
@@ -56,7 +56,7 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python debian
 	$(BIN)/pip install -e ".[voice,listen,speed,dev]"
 	$(BIN)/python -m gateway.net.sendpath
 	$(BIN)/python -m gateway.media.pcm_c
-	$(BIN)/python -m gateway.net.srtp_gcm
+	$(BIN)/python -m gateway.net.srtp_tx
 	touch $@
 
 $(CLIENTS_STAMP): tests/clients/requirements.txt

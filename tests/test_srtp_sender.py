@@ -1,4 +1,4 @@
-"""``--srtp-sender``: a session's outbound RTP protected in C (gateway/net/srtp_gcm.py) or by
+"""``--srtp-sender``: a session's outbound RTP protected in C (gateway/net/srtp_tx.py) or by
 libsrtp, heard the same by a real aiortc client over loopback (its libsrtp decrypts every
 packet, or it hears nothing), and said in /healthz."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from gateway.aiortc_compat.dtls import TxSession
 from gateway.client.peer import GatewayClient
-from gateway.net import srtp_gcm
+from gateway.net import srtp_tx
 
 
 async def hear(gateway, packets: int = 25) -> tuple[object, list]:  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ async def health(gateway) -> dict:  # type: ignore[no-untyped-def]
         return await response.json()  # type: ignore[no-any-return]
 
 
-@pytest.mark.skipif(srtp_gcm.load() is None, reason="no compiler or libcrypto")
+@pytest.mark.skipif(srtp_tx.load() is None, reason="no compiler or libcrypto")
 async def test_the_default_protects_in_c_and_the_client_hears_it(gateway):
     assert (await health(gateway))["srtp_sender"] == {"mode": "c", "reason": ""}
     session, packets = await hear(gateway)

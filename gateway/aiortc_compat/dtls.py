@@ -16,7 +16,7 @@ from aiortc import (
 from OpenSSL import SSL
 
 from gateway.aiortc_compat._common import _require
-from gateway.net import srtp_gcm
+from gateway.net import srtp_tx
 
 
 def srtp_protector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
@@ -181,7 +181,7 @@ def srtp_session_address(session: pylibsrtp.Session) -> int | None:
 
 def srtp_protect_handle(session: pylibsrtp.Session, ssrc: int) -> tuple[int, int] | None:
     """(the address of a ``(void *, void *, int *)`` protect function, its first argument) that
-    protects the session's RTP of ``ssrc`` from C: a ``TxSession``'s ``gw_gcm_protect`` on the
+    protects the session's RTP of ``ssrc`` from C: a ``TxSession``'s ``gw_srtp_protect`` on the
     SSRC's state, else libsrtp's ``srtp_protect`` on the session's ``srtp_t``. None when
     pylibsrtp's internals moved."""
     if isinstance(session, TxSession):
@@ -192,18 +192,18 @@ def srtp_protect_handle(session: pylibsrtp.Session, ssrc: int) -> tuple[int, int
     return protect, srtp
 
 
-# --- SRTP: an outbound session's RTP protected in C (gateway/net/srtp_gcm.py) -----------------
+# --- SRTP: an outbound session's RTP protected in C (gateway/net/srtp_tx.py) -----------------
 
 MAX_TX_SSRCS = 16  # a gateway session sends one audio SSRC; libsrtp's template has no bound
 
 
 class TxSession(pylibsrtp.Session):
-    """aiortc's outbound SRTP session (``_tx_srtp``) whose RTP is protected by ``srtp_gcm``, one
-    ``GcmTx`` per SSRC, made at its first packet as libsrtp clones its template; RTCP stays
+    """aiortc's outbound SRTP session (``_tx_srtp``) whose RTP is protected by ``srtp_tx``, one
+    ``SrtpTx`` per SSRC, made at its first packet as libsrtp clones its template; RTCP stays
     libsrtp's (``protect_rtcp``: its SRTCP index is its own). Every RTP packet of the session
     goes through ``protect`` / ``srtp_protect_handle``: aiortc's ``_send_rtp``, the direct and
     compiled senders, NACK answers -- never libsrtp too, so one index estimate exists per SSRC.
-    The bytes are libsrtp's (tests/unit/test_srtp_gcm.py)."""
+    The bytes are libsrtp's (tests/unit/test_srtp_tx.py)."""
 
     def __init__(self, policy: pylibsrtp.Policy, module: Any, crypto: Any) -> None:
         super().__init__(policy)
@@ -211,16 +211,16 @@ class TxSession(pylibsrtp.Session):
         self._gw_master = bytes(key) if key is not None else b""
         self._gw_profile = policy.srtp_profile
         self._gw_module, self._gw_crypto = module, crypto
-        self._gw_senders: dict[int, srtp_gcm.GcmTx] = {}
+        self._gw_senders: dict[int, srtp_tx.SrtpTx] = {}
 
-    def sender(self, ssrc: int) -> srtp_gcm.GcmTx:
+    def sender(self, ssrc: int) -> srtp_tx.SrtpTx:
         """The SSRC's protection state (made now if new; ``pylibsrtp.Error`` past
         ``MAX_TX_SSRCS``)."""
         tx = self._gw_senders.get(ssrc)
         if tx is None:
             if len(self._gw_senders) >= MAX_TX_SSRCS:
                 raise pylibsrtp.Error("too many outbound SSRCs on one SRTP session")
-            tx = self._gw_senders[ssrc] = srtp_gcm.GcmTx(
+            tx = self._gw_senders[ssrc] = srtp_tx.SrtpTx(
                 self._gw_module, self._gw_crypto, self._gw_profile, self._gw_master)
         return tx
 
@@ -234,22 +234,22 @@ _ORIGINAL_SESSION = aiortc.rtcdtlstransport.Session
 
 
 def install_srtp_sender(mode: str) -> tuple[str, str]:
-    """``--srtp-sender``: make aiortc's ``_setup_srtp`` create its outbound session of an AEAD
-    AES-GCM profile as a ``TxSession`` (``c``; ``auto``: where ``srtp_gcm`` builds and finds
-    libcrypto) or a plain libsrtp one (``libsrtp``). Process-wide, for sessions set up from now
-    on. Returns (``c`` or ``libsrtp``, why not ``c``); ``c`` raises RuntimeError where it cannot
-    be had."""
-    module = srtp_gcm.load() if mode != "libsrtp" else None
+    """``--srtp-sender``: make aiortc's ``_setup_srtp`` create its outbound session of a profile
+    ``srtp_tx`` does (AES-GCM, AES-CM with HMAC-SHA1) as a ``TxSession`` (``c``; ``auto``: where
+    ``srtp_tx`` builds and finds OpenSSL's functions) or a plain libsrtp one (``libsrtp``).
+    Process-wide, for sessions set up from now on. Returns (``c`` or ``libsrtp``, why not
+    ``c``); ``c`` raises RuntimeError where it cannot be had."""
+    module = srtp_tx.load() if mode != "libsrtp" else None
     if module is None:
         aiortc.rtcdtlstransport.Session = _ORIGINAL_SESSION  # type: ignore[misc]
         if mode == "c":
-            raise RuntimeError("--srtp-sender c: the module or libcrypto is unavailable")
+            raise RuntimeError("--srtp-sender c: the module or OpenSSL's functions are unavailable")
         return "libsrtp", "--srtp-sender libsrtp" if mode == "libsrtp" else "unavailable"
-    crypto = srtp_gcm.crypto()
+    crypto = srtp_tx.crypto()
 
     def session(policy: pylibsrtp.Policy | None = None) -> pylibsrtp.Session:
         if (policy is not None and policy.ssrc_type == pylibsrtp.Policy.SSRC_ANY_OUTBOUND
-                and policy.srtp_profile in srtp_gcm.PROFILES):
+                and policy.srtp_profile in srtp_tx.PROFILES):
             return TxSession(policy, module, crypto)
         return _ORIGINAL_SESSION(policy)
 
@@ -259,7 +259,7 @@ def install_srtp_sender(mode: str) -> tuple[str, str]:
 
 def _srtp_sender_problems() -> list[str]:
     """``_setup_srtp`` still makes its sessions by the module's ``Session`` name, with a
-    ``window_size`` (``srtp_gcm.WINDOW``) and ``allow_repeat_tx`` this protection mirrors."""
+    ``window_size`` (``srtp_tx.WINDOW``) and ``allow_repeat_tx`` this protection mirrors."""
     setup = getattr(RTCDtlsTransport, "_setup_srtp", None)
     if not callable(setup):
         return ["RTCDtlsTransport._setup_srtp"]
@@ -269,6 +269,6 @@ def _srtp_sender_problems() -> list[str]:
     problems = [f"RTCDtlsTransport._setup_srtp no longer uses {name}"
                 for name in ("Session", "Policy", "SSRC_ANY_OUTBOUND", "window_size",
                              "allow_repeat_tx") if name not in names]
-    if srtp_gcm.WINDOW not in consts:
-        problems.append(f"RTCDtlsTransport._setup_srtp's window is not {srtp_gcm.WINDOW}")
+    if srtp_tx.WINDOW not in consts:
+        problems.append(f"RTCDtlsTransport._setup_srtp's window is not {srtp_tx.WINDOW}")
     return problems

@@ -170,9 +170,9 @@ class GatewayConfig:
     )
     srtp_sender: str = opt(
         "auto",
-        "who SRTP-protects outbound RTP of an AES-GCM session: c (net/srtp_gcm.py: libsrtp's "
-        "bytes, a stream's state in one block, built at install or first start; an error if it "
-        "cannot be), libsrtp, auto (c where it builds and finds libcrypto; in /healthz)",
+        "who SRTP-protects outbound RTP (AES-GCM and AES-CM/HMAC-SHA1 sessions): c "
+        "(net/srtp_tx.py: libsrtp's bytes, a stream's state in one block, built at install or "
+        "first start; an error if it cannot be), libsrtp, auto (c where it builds; in /healthz)",
         choices=("auto", "c", "libsrtp"),
         group=NET,
     )

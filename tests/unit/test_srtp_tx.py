@@ -1,5 +1,5 @@
-"""gateway/net/srtp_gcm.py: an outbound AES-GCM session's RTP protected in C gives libsrtp's
-bytes, packet for packet, and refuses what libsrtp refuses.
+"""gateway/net/srtp_tx.py: an outbound session's RTP protected in C (AES-GCM, AES-CM with
+HMAC-SHA1) gives libsrtp's bytes, packet for packet, and refuses what libsrtp refuses.
 
 The reference is pylibsrtp's own session made as aiortc makes its sender's (``_setup_srtp``:
 SSRC_ANY_OUTBOUND, a 1,024-packet window, repeats allowed) on the same master key.
@@ -15,9 +15,9 @@ import pytest
 
 from gateway import aiortc_compat
 from gateway.aiortc_compat.dtls import TxSession
-from gateway.net import srtp_gcm
+from gateway.net import srtp_tx
 
-pytestmark = pytest.mark.skipif(srtp_gcm.load() is None,
+pytestmark = pytest.mark.skipif(srtp_tx.load() is None,
                                 reason="no compiler or libcrypto: the sessions stay libsrtp's")
 
 
@@ -29,8 +29,8 @@ def libsrtp_session(profile: int, master: bytes) -> pylibsrtp.Session:
     return pylibsrtp.Session(policy)
 
 
-def own_sender(profile: int, master: bytes) -> srtp_gcm.GcmTx:
-    return srtp_gcm.GcmTx(srtp_gcm.load(), srtp_gcm.crypto(), profile, master)
+def own_sender(profile: int, master: bytes) -> srtp_tx.SrtpTx:
+    return srtp_tx.SrtpTx(srtp_tx.load(), srtp_tx.crypto(), profile, master)
 
 
 def packet(seq: int, ssrc: int = 0x12345678, payload: bytes = b"\x01\x02\x03",
@@ -51,10 +51,10 @@ def outcome(protect, data: bytes) -> bytes | str:  # type: ignore[no-untyped-def
         return f"refused: {exc}"[:8]
 
 
-@pytest.mark.parametrize("profile", sorted(srtp_gcm.PROFILES))
+@pytest.mark.parametrize("profile", sorted(srtp_tx.PROFILES))
 @pytest.mark.parametrize("start", [0, 100, 0x7FF0, 0x8000, 0x8001, 65500])
 def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int) -> None:
-    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+    master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
     ref, own = libsrtp_session(profile, master), own_sender(profile, master)
     rng = random.Random(start)
     seq = start
@@ -66,12 +66,12 @@ def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int) ->
         assert own.index >> 16 == 1  # the rollover counter went up at the wrap
 
 
-@pytest.mark.parametrize("profile", sorted(srtp_gcm.PROFILES))
+@pytest.mark.parametrize("profile", sorted(srtp_tx.PROFILES))
 def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int) -> None:
     """Retransmissions (a sequence number sent before, as a NACK answer sends it), packets
     older than the window (refused by both), jumps forward and back across the wrap, CSRCs
     and a header extension (in the AAD, not encrypted): the same bytes or the same refusal."""
-    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+    master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
     ref, own = libsrtp_session(profile, master), own_sender(profile, master)
     rng = random.Random(profile)
     newest = 65000
@@ -104,9 +104,9 @@ def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int) -> None:
     packet(1, extension=b"\x10\xaa\xbb\xcc")[:14],  # its extension header cut
     packet(1, extension=b"\x10\xaa\xbb\xcc")[:17],  # its extension cut
 ])
-def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(data: bytes) -> None:
-    profile = 7
-    master = os.urandom(srtp_gcm.PROFILES[profile] + srtp_gcm.SALT_LEN)
+@pytest.mark.parametrize("profile", [1, 7])
+def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(profile: int, data: bytes) -> None:
+    master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
     ref, own = libsrtp_session(profile, master), own_sender(profile, master)
     with pytest.raises(pylibsrtp.Error):
         ref.protect(data)
@@ -115,29 +115,32 @@ def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(data: bytes) -> Non
 
 
 def test_the_key_derivation_is_rfc_3711s() -> None:
-    """RFC 3711 Appendix B.3's key derivation test vector, then the AEAD profiles' 12-octet
-    salt padded to the derivation's 14 (the packets above are libsrtp's on that)."""
+    """RFC 3711 Appendix B.3's key derivation test vector (AES_CM_128_HMAC_SHA1_80's keys); an
+    AEAD profile's 12-octet salt padded to the derivation's 14 (the packets above are
+    libsrtp's on that)."""
     key = bytes.fromhex("E1F97A0D3E018BE0D64FA32C06DE4139")
     salt = bytes.fromhex("0EC675AD498AFEEBB6960B3AABE6")
-    assert srtp_gcm.derive(key, salt, 0, 16).hex() == "c61e7a93744f39ee10734afe3ff7a087"
-    assert srtp_gcm.derive(key, salt, 2, 14).hex() == "30cbbc08863d8c85d49db34a9ae1"
-    master = key + salt[:12]
-    assert srtp_gcm.session_keys(master, 16) == (srtp_gcm.derive(key, salt[:12] + bytes(2), 0, 16),
-                                                 srtp_gcm.derive(key, salt[:12] + bytes(2), 2, 12))
+    cipher, session_salt, auth = srtp_tx.session_keys(1, key + salt)
+    assert cipher.hex() == "c61e7a93744f39ee10734afe3ff7a087"
+    assert session_salt.hex() == "30cbbc08863d8c85d49db34a9ae1"
+    assert auth is not None and auth.hex() == "cebe321f6ff7716b6fd4ab49af256a156d38baa4"
+    aead = srtp_tx.session_keys(7, key + salt[:12])
+    assert aead == (srtp_tx.derive(key, salt[:12] + bytes(2), 0, 16),
+                    srtp_tx.derive(key, salt[:12] + bytes(2), 2, 12), None)
     with pytest.raises(ValueError):
-        srtp_gcm.session_keys(master[:20], 16)
+        srtp_tx.session_keys(7, (key + salt)[:20])
 
 
-def test_a_tx_session_protects_rtp_in_c_and_rtcp_by_libsrtp() -> None:
+@pytest.mark.parametrize("profile", [1, 8])
+def test_a_tx_session_protects_rtp_in_c_and_rtcp_by_libsrtp(profile: int) -> None:
     """The session aiortc gets (``install_srtp_sender``): its RTP is the C's, one state per
     SSRC; its RTCP is libsrtp's; and the compiled path's handle is the same state."""
-    profile = 8
-    master = os.urandom(32 + 12)
+    master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
     policy = pylibsrtp.Policy(key=master, ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND,
                               srtp_profile=profile)
     policy.allow_repeat_tx = True
     policy.window_size = 1024
-    session = TxSession(policy, srtp_gcm.load(), srtp_gcm.crypto())
+    session = TxSession(policy, srtp_tx.load(), srtp_tx.crypto())
     ref = libsrtp_session(profile, master)
     for seq in range(65530, 65536 + 10):
         for ssrc in (1, 2):
@@ -163,9 +166,12 @@ def test_install_makes_aiortcs_outbound_sessions_and_only_those() -> None:
                                    ssrc_type=pylibsrtp.Policy.SSRC_ANY_INBOUND)
         cm = pylibsrtp.Policy(key=os.urandom(30), srtp_profile=1,
                               ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
+        null = pylibsrtp.Policy(key=os.urandom(30), srtp_profile=5,  # NULL cipher, HMAC-SHA1
+                                ssrc_type=pylibsrtp.Policy.SSRC_ANY_OUTBOUND)
         assert type(dtls.Session(outbound)) is TxSession
+        assert type(dtls.Session(cm)) is TxSession  # (what Chromium negotiates)
         assert type(dtls.Session(inbound)) is pylibsrtp.Session
-        assert type(dtls.Session(cm)) is pylibsrtp.Session  # AES-CM + HMAC: libsrtp's
+        assert type(dtls.Session(null)) is pylibsrtp.Session  # not done here: libsrtp's
         assert aiortc_compat.install_srtp_sender("libsrtp")[0] == "libsrtp"
         assert type(dtls.Session(outbound)) is pylibsrtp.Session
     finally:
