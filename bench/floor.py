@@ -51,7 +51,7 @@ import pylibsrtp
 
 from bench import floor_c
 from gateway import aiortc_compat
-from gateway.net import sendmmsg, sendpath
+from gateway.net import sendmmsg, sendpath, srtp_tx
 from gateway.rtp.header import RtpHeaderTemplate
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -173,10 +173,11 @@ def drain(count: int, core: int | None) -> None:
                 pass
 
 
-def gcm_session() -> pylibsrtp.Session:
+def gcm_session(in_c: bool = False) -> pylibsrtp.Session:
     """An outbound SRTP session as aiortc makes its sender's (rtcdtlstransport.py): the profile
     two aiortc peers negotiate (its first), a 1,024-packet replay window, repeats allowed (a
-    retransmission is protected again)."""
+    retransmission is protected again). ``in_c``: as the gateway makes it (``TxSession``: its
+    RTP protected by net/srtp_tx.py), where that builds."""
     from aiortc.rtcdtlstransport import SRTP_PROFILES
 
     profile = SRTP_PROFILES[0]
@@ -185,7 +186,10 @@ def gcm_session() -> pylibsrtp.Session:
                               srtp_profile=profile.libsrtp_profile)
     policy.allow_repeat_tx = True
     policy.window_size = 1024
-    return pylibsrtp.Session(policy=policy)
+    module = srtp_tx.load() if in_c else None
+    if module is not None:
+        return aiortc_compat.TxSession(policy, module, srtp_tx.crypto())
+    return pylibsrtp.Session(policy)
 
 
 def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
@@ -219,11 +223,13 @@ def _fanout(streams: int, drain_core: int | None
 
 
 def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced: bool = True,
-                     one_destination: bool = False) -> dict[str, float] | None:
+                     one_destination: bool = False, srtp_c: bool = False
+                     ) -> dict[str, float] | None:
     """``measure_fanout`` with no Python between the calls (bench/floor_c.py): the tick's
     SRTP calls and its ``sendmmsg`` from C. ``paced=False``: back to back;
-    ``one_destination``: every stream to the drainer's first socket. None where the C does
-    not build or libsrtp's entry point is not found."""
+    ``one_destination``: every stream to the drainer's first socket; ``srtp_c``: SRTP by the
+    gateway's own C (``net/srtp_tx.py``, the same profile) instead of libsrtp. None where the C
+    does not build or libsrtp's entry point is not found."""
     module = floor_c.load()
     protect = aiortc_compat.srtp_protect_address()
     if module is None or protect is None:
@@ -232,9 +238,12 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
         raw = [sendmmsg.sockaddr_bytes(("127.0.0.1", ports[0] if one_destination else port))
                for port in ports]
         names = b"".join(r for r in raw if r is not None)
-        sessions = [gcm_session() for _ in ports]  # kept alive for the C's pointers
-        ctxs = module.ffi.new("uintptr_t[]", [aiortc_compat.srtp_session_address(s) or 0
-                                              for s in sessions])
+        sessions = [gcm_session(srtp_c) for _ in ports]  # kept alive for the C's pointers
+        handles = [aiortc_compat.srtp_protect_handle(s, 0x1234ABCD) for s in sessions]
+        if any(h is None for h in handles):
+            return None
+        protect = handles[0][0]  # type: ignore[index]
+        ctxs = module.ffi.new("uintptr_t[]", [h[1] for h in handles])  # type: ignore[index]
         result = module.ffi.new("double[3]")
         packet = rtp_packet(0)
         rc = module.lib.gwf_fanout(out.fileno(), protect, ctxs, names, len(raw[0] or b""),
@@ -294,6 +303,11 @@ def fanout_floor(streams: int, seconds: float, drain_core: int | None,
                                 one_destination=True) for _ in range(repeat)]
         best["floor_c_back_to_back_one_destination"] = min(
             h["floor_fanout"] for h in hot if h)
+        own = [measure_fanout_c(streams, seconds, drain_core, srtp_c=True)
+               for _ in range(repeat)]
+        if all(own):
+            best["floor_fanout_srtp_c"] = min(r["floor_fanout"] for r in own if r)
+            best["srtp_fanout_srtp_c"] = min(r["srtp_fanout"] for r in own if r)
         return {"how": "c", **best}
     runs = [measure_fanout(streams, seconds, drain_core) for _ in range(repeat)]
     return {"how": "python", **min(runs, key=lambda t: t["floor_fanout"])}
@@ -422,7 +436,9 @@ def main() -> None:
               f"{split['floor_fanout']:.2f} µs/packet (sendmmsg {split['sendmmsg_fanout']:.2f}"
               f" + SRTP {split['srtp_fanout']:.2f}; {split['read_share']:.1%} read by the "
               f"drainer; best of {args.repeat})"
-              + (f"; from C back to back to one destination: {hot:.2f}" if hot else ""))
+              + (f"; from C back to back to one destination: {hot:.2f}" if hot else "")
+              + (f"; with the gateway's C SRTP: {split['floor_fanout_srtp_c']:.2f} (SRTP "
+                 f"{split['srtp_fanout_srtp_c']:.2f})" if "floor_fanout_srtp_c" in split else ""))
     print("target (issue 28): the gateway's µs/packet ÷ floor ≤ 2.0")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -236,6 +236,8 @@ async def run_rung(
                 cmd += ["--probe-overhead", str(args.probe_overhead)]
         if args.no_speech:
             cmd.append("--no-speech")
+        if args.srtp_profile != "any":
+            cmd += ["--srtp-profile", args.srtp_profile]
         if kind == "gateway-loss":
             cmd += ["--loss", str(args.loss), "--red"]
         if args.profile and n == args.profile:
@@ -722,6 +724,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--retries", type=int, default=1,
                         help="measure a broken N again when other processes took > 20 %% of "
                         "the server's core meanwhile")
+    parser.add_argument("--srtp-profile", choices=("any", "cm", "gcm"), default="any",
+                        help="the DTLS-SRTP profile the load generator offers (bench.loadgen): "
+                        "cm is what Chromium and the gateway settle on, any is aiortc's choice "
+                        "(AES-GCM)")
     parser.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
                         help="an extra flag for every gateway rung (repeat; e.g. "
                         "--gateway-arg=--stall-warn-ms=20)")
@@ -772,7 +778,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for count, split in (floor.get("fanout_us") or {}).items():
             print(f"  at {count} destinations ({split.get('how', 'python')}): "
                   f"{split['floor_fanout']:.2f} µs/packet (sendmmsg "
-                  f"{split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f})")
+                  f"{split['sendmmsg_fanout']:.2f} + SRTP {split['srtp_fanout']:.2f})"
+                  + (f"; with the gateway's C SRTP {split['floor_fanout_srtp_c']:.2f} (SRTP "
+                     f"{split['srtp_fanout_srtp_c']:.2f})" if "floor_fanout_srtp_c" in split
+                     else ""))
     if floors:
         print("each rung ÷ the floor, and ÷ the floor at its fan-out (the mean of the "
               "measurements before and after; target ≤ 2.0):")
@@ -781,12 +790,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for phase in ("silent", "speaking"):
                 us = (rung.get(phase) or {}).get("server_cpu_us_per_packet")
                 one = [f["best_us"]["floor"] for f in floors]
-                at_n = [f["fanout_us"][str(rung["n"])]["floor_fanout"] for f in floors
-                        if str(rung["n"]) in (f.get("fanout_us") or {})]
+                at_ns = [f["fanout_us"][str(rung["n"])] for f in floors
+                         if str(rung["n"]) in (f.get("fanout_us") or {})]
+                at_n = [split["floor_fanout"] for split in at_ns]
+                own = [split["floor_fanout_srtp_c"] for split in at_ns
+                       if "floor_fanout_srtp_c" in split]
                 if not us or not one:
                     continue
                 beside = (f"; {us / statistics.mean(at_n):.2f}x the floor at {rung['n']} "
                           "destinations" if at_n else "")
+                if own:
+                    beside += f" ({us / statistics.mean(own):.2f}x with the gateway's C SRTP)"
                 print(f"  {kind} N={rung['n']} {phase}: {us:.1f} µs/packet = "
                       f"{us / statistics.mean(one):.2f}x the floor{beside}")
     for kind, s in data["summary"].items():

@@ -536,8 +536,19 @@ async def probe_overhead(sessions: list[LoadSession], text: str) -> dict[str, An
     }
 
 
+def offer_only(profile: str) -> None:
+    """Offer one DTLS-SRTP profile (``--srtp-profile``): ``cm`` is what Chromium and the gateway
+    settle on (SRTP_AES128_CM_SHA1_80), ``gcm`` aiortc's first (AEAD AES-256-GCM)."""
+    import aiortc.rtcdtlstransport as dtls
+
+    chosen = dtls.SRTP_AES128_CM_SHA1_80 if profile == "cm" else dtls.SRTP_AEAD_AES_256_GCM
+    dtls.SRTP_PROFILES[:] = [chosen]
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+    if args.srtp_profile != "any":
+        offer_only(args.srtp_profile)
     result: dict[str, Any] = {"sessions": args.sessions, "full_sessions": min(args.full,
                                                                                 args.sessions)}
     timeout = aiohttp.ClientTimeout(total=args.http_timeout)
@@ -653,6 +664,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="drop this share of RTP at each header-only listener and NACK it "
                         "(bench/loadgen_loss.py)")
     parser.add_argument("--red", action="store_true", help="offer RED (RFC 2198) as Chromium")
+    parser.add_argument("--srtp-profile", choices=("any", "cm", "gcm"), default="any",
+                        help="the DTLS-SRTP profile offered: any (aiortc's list: AES-GCM is "
+                        "chosen), cm (AES_CM_128_HMAC_SHA1_80, as Chromium settles on), gcm")
     parser.add_argument("--connect-timeout", type=float, default=30.0)
     parser.add_argument("--settle-timeout", type=float, default=30.0)
     parser.add_argument("--http-timeout", type=float, default=60.0)
