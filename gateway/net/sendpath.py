@@ -6,14 +6,16 @@ pylibsrtp's buffer and a ``bytes`` back out of it around ``srtp_protect``, a lis
 the end of the tick another copy into the ``sendmmsg`` arena (``net/sendmmsg.py``). Here a
 packet is one cffi call, ``gw_stage``: the stream's header template and the payload are copied
 into the packet's slot of a preallocated arena, sequence number, timestamp, abs-send-time and
-the marker/payload-type octet are patched there, and libsrtp's ``srtp_protect`` encrypts it in
-place, on the session's own ``srtp_t`` (so ROC and replay state are the very ones aiortc's
-retransmissions and RTCP use). ``gw_flush``, once per tick, sends every staged slot with one
+the marker/payload-type octet are patched there, and the stream's protect function encrypts it
+in place on the stream's SRTP state: ``net/srtp_tx.py``'s on the SSRC's own block, or libsrtp's
+``srtp_protect`` on the session's ``srtp_t`` (either way the state every other RTP packet of
+the session -- aiortc's, retransmissions -- is protected on: ``aiortc_compat.
+srtp_protect_handle``). ``gw_flush``, once per tick, sends every staged slot with one
 ``sendmmsg``.
 
-``srtp_protect`` is not linked here: libsrtp lives inside pylibsrtp's cffi module, and its
-address is handed to ``CompiledBatch`` at creation (``aiortc_compat.srtp_protect_address``) --
-so no libsrtp headers are needed, only a C compiler and Python's headers.
+Neither protect function is linked here: their addresses are handed over (the batch's default,
+libsrtp's inside pylibsrtp's cffi module, at ``CompiledBatch``'s creation; a stream's own at
+``new_stream``) -- so no libsrtp headers are needed, only a C compiler and Python's headers.
 
 Built with cffi's API mode into ``<venv>/share/voice-gateway/sendpath/`` (``python -m
 gateway.net.sendpath`` at install, or the first start of a gateway: never at request time, no
