@@ -30,7 +30,11 @@ measures the machine's floor (bench/floor.py) on the server's core before the la
 every gateway rung's µs/packet as a ratio to it (issue 28's target: ≤ 2.0), and beside it the
 ratio to the floor at the rung's fan-out (``floor_fanout``: SRTP and ``sendmmsg`` called from C
 to N destination sockets a drainer on the load generator's core reads, N SRTP contexts, paced
-as the tick grid sends -- what a perfect sender pays at N streams on this machine).
+as the tick grid sends -- what a perfect sender pays at N streams on this machine), and the
+ratio to that floor made with the gateway's own SRTP (net/srtp_tx.py) in it, which is faster
+than the libsrtp the floor is defined with (``floor_fanout_srtp_c``). ``--srtp-profile cm``
+makes the load generator offer only AES_CM_128_HMAC_SHA1_80, what Chromium and the gateway
+settle on (aiortc peers otherwise choose AES-256-GCM).
 
 ``--server loss`` runs the same gateway rung by rung for clean listeners and for listeners that
 drop ``--loss`` (2 %) of the RTP at random, NACK each drop at once and offer RED
