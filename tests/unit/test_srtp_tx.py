@@ -177,3 +177,19 @@ def test_install_makes_aiortcs_outbound_sessions_and_only_those() -> None:
     finally:
         aiortc_compat.install_srtp_sender("auto")
     assert aiortc_compat.check_internals() == []
+
+
+def test_without_the_module_auto_keeps_libsrtp_and_c_refuses(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A machine without a compiler (or OpenSSL's functions): ``auto`` says so and keeps
+    libsrtp; ``c`` is an error at start, as ``--send-path compiled`` is."""
+    import aiortc.rtcdtlstransport as dtls
+
+    monkeypatch.setattr(srtp_tx, "load", lambda build_if_missing=True: None)
+    try:
+        assert aiortc_compat.install_srtp_sender("auto") == ("libsrtp", "unavailable")
+        assert dtls.Session is pylibsrtp.Session
+        with pytest.raises(RuntimeError):
+            aiortc_compat.install_srtp_sender("c")
+    finally:
+        monkeypatch.undo()
+        aiortc_compat.install_srtp_sender("auto")
