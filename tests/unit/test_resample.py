@@ -57,16 +57,15 @@ def test_the_direct_int16_path_gives_resample_chunks_samples():
     pcm = (rng.standard_normal(24000) * 3000).astype(np.int16)
     ours = Resampler(24000, 16000)
     assert ours._process is not None  # (the installed soxr has the converter this uses)
-    reference, twin = hq(), hq()
-    dither = 0
+    reference = hq()
+    # (not compared equal: libsoxr dithers its int16 output from a seed of its own, so two
+    # streams fed the same chunks usually differ by 1-2 and now and then not at all -- an
+    # assertion that they differ failed a CI run)
     for start in range(0, pcm.size, 480):
         chunk = pcm[start : start + 480]
-        got, want, again = ours.push(chunk), reference.resample_chunk(chunk), \
-            twin.resample_chunk(chunk)
+        got, want = ours.push(chunk), reference.resample_chunk(chunk)
         assert got.dtype == np.int16 and got.ndim == 1 and got.size == want.size
         assert np.abs(got.astype(np.int32) - want).max(initial=0) <= 2
-        dither = max(dither, int(np.abs(again.astype(np.int32) - want).max(initial=0)))
-    assert dither >= 1  # (why the samples are compared to +-2, not equal)
     strided = np.repeat(pcm[:960], 2)[::2]
     got, want = ours.push(strided), reference.resample_chunk(pcm[:960])
     assert got.size == want.size and np.abs(got.astype(np.int32) - want).max(initial=0) <= 2
