@@ -207,8 +207,7 @@ class TxSession(pylibsrtp.Session):
 
     def __init__(self, policy: pylibsrtp.Policy, module: Any, crypto: Any) -> None:
         super().__init__(policy)
-        key = policy.key
-        self._gw_master = bytes(key) if key is not None else b""
+        self._gw_master = bytes(policy.key or b"")  # (install's factory: never without a key)
         self._gw_profile = policy.srtp_profile
         self._gw_module, self._gw_crypto = module, crypto
         self._gw_senders: dict[int, srtp_tx.SrtpTx] = {}
@@ -249,7 +248,7 @@ def install_srtp_sender(mode: str) -> tuple[str, str]:
 
     def session(policy: pylibsrtp.Policy | None = None) -> pylibsrtp.Session:
         if (policy is not None and policy.ssrc_type == pylibsrtp.Policy.SSRC_ANY_OUTBOUND
-                and policy.srtp_profile in srtp_tx.PROFILES):
+                and policy.srtp_profile in srtp_tx.PROFILES and policy.key is not None):
             return TxSession(policy, module, crypto)
         return _ORIGINAL_SESSION(policy)
 
