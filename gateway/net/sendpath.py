@@ -319,12 +319,6 @@ int gw_unpark(gw_batch *b, gw_stream *s, double *times, long long *out) {
     return 0;
 }
 
-/* Feed a parked stream n speech frames (their data at ptrs, lengths lens; indexes from
-   first_index): each goes in a due slot of its own, in order, before any silence. report: the
-   stream is listed in gw_consumed when the first of them is sent (a new owner's first frame).
-   The data must stay valid until the frames are sent and taken (gw_take_sent) or taken back
-   (gw_unfeed). Returns how many were taken: all, or fewer when the ring is full or a frame is
-   too long (the first not taken); -1: not parked. */
 /* One speech frame into the stream's fed ring: 0 when the ring is full or the frame does not
    fit a slot (nothing written), else 1. */
 static int gw_fed_push(gw_stream *s, const unsigned char *p, long len, unsigned int index,
@@ -338,6 +332,12 @@ static int gw_fed_push(gw_stream *s, const unsigned char *p, long len, unsigned 
     return 1;
 }
 
+/* Feed a parked stream n speech frames (their data at ptrs, lengths lens; indexes from
+   first_index): each goes in a due slot of its own, in order, before any silence. report: the
+   stream is listed in gw_consumed when the first of them is sent (a new owner's first frame).
+   The data must stay valid until the frames are sent and taken (gw_take_sent) or taken back
+   (gw_unfeed). Returns how many were taken: all, or fewer when the ring is full or a frame is
+   too long (the first not taken); -1: not parked. */
 int gw_feed_run(gw_stream *s, const uintptr_t *ptrs, const int *lens, int n,
                 unsigned int first_index, int report) {
     if (!s->parked_at) return -1;
