@@ -1,7 +1,7 @@
 """A stream sent from C (issue 28): a plain stream on the compiled path hands its slots to
 ``gw_run_parked`` (``BatchStream._to_c``) -- the keep-alive silence, and the speech frames fed
 to it ahead (up to ``sendpath.FED_SLOTS``) -- and is taken back for its sender report, a
-reader of its counters, RED turning active, or its close. A real aiortc client over loopback
+reader of its counters, or its close; RED is sent from C too. A real aiortc client over loopback
 sees one continuous stream across every hand-over (no seq skipped or repeated, the timestamp
 960 a packet, every packet decrypting), the same speech as the tick sends, nothing of an
 utterance after its interrupt returned, and a NACK for a packet C sent answered byte-identical
@@ -96,7 +96,7 @@ async def test_a_nack_for_silence_sent_from_c_is_answered_byte_identical(gateway
         await client.close()
 
 
-async def test_a_stream_with_red_or_test_loss_keeps_its_silence_on_the_tick(start_gateway):
+async def test_a_stream_with_test_loss_keeps_its_silence_on_the_tick(start_gateway):
     gateway = await start_gateway(test_drop_first_tx_percent=5.0, test_drop_seed=1)
     client, session = await connected(gateway)
     stream = session.webrtc.transmitter
@@ -261,27 +261,62 @@ async def test_a_high_bitrate_stream_is_sent_from_c_too(start_gateway):
         await client.close()
 
 
-async def test_loss_that_turns_red_on_takes_the_stream_back_from_c(gateway, monkeypatch):
-    """A sender report no longer takes the stream back (turned off here: not needed): a NACK
-    that turns adaptive RED on does (``Retransmitter.on_red_active``), and from then on every
-    packet is RED, sent from the tick."""
+async def test_loss_that_turns_red_on_keeps_the_stream_in_c_and_its_packets_red(
+        gateway, monkeypatch):
+    """A NACK that turns adaptive RED on leaves the stream in C (``BatchStream.red_changed``):
+    from then on C sends every packet as RED -- silence and speech --, each carrying the two
+    packets before it byte for byte, and a NACK for one of them is answered with the packet as
+    it was sent. (Sender reports, which would take it back for a moment, are off here.)"""
+    from gateway.rtp import red
     from tests.test_red import RED_PT, listen, wait_for
 
     monkeypatch.setattr(BatchStream, "_on_report", lambda self: None)
     packets: list = []
-    pc, _ = await listen(gateway, packets)
+    pc, location = await listen(gateway, packets)
     session = next(iter(gateway.registry))
     stream = session.webrtc.transmitter
     try:
         await asyncio.wait_for(_until(lambda: stream.in_c), 3)
         await wait_for(packets, lambda: len(packets) >= 20)
+        parks = stream.handovers
         assert {p.payload_type for p in packets} != {RED_PT}
         receiver = pc.getTransceivers()[0].receiver
         nack = build_nack_packet(1, packets[0].ssrc, [packets[-1].sequence_number])
         await aiortc_compat.send_unprotected(receiver.transport, nack)
-        await asyncio.wait_for(_until(lambda: not stream.in_c), 1)
         await wait_for(packets, lambda: packets[-1].payload_type == RED_PT)
-        assert not stream.in_c
+        first_red = len(packets) - 1
+        async with gateway.http.post(f"{location}/speech",
+                                     json={"text": "hi", "voice": "tone"}) as r:
+            assert r.status == 202
+        await wait_for(packets, lambda: len(packets) >= first_red + 60)
+        assert stream.in_c and stream.handovers == parks  # never back on the tick
+        sent = sorted(packets[first_red:first_red + 60], key=lambda p: p.sequence_number)
+        assert {p.payload_type for p in sent} == {RED_PT}
+        primaries = {p.timestamp: red.decode(p.payload)[-1].data for p in sent}
+        assert len(set(primaries.values())) > 10  # speech, not only silence
+        checked = 0
+        for p in sent[2:]:
+            blocks = red.decode(p.payload)
+            assert [b.timestamp_offset for b in blocks] == [1920, 960, 0]
+            for block in blocks[:-1]:
+                assert block.data == primaries[(p.timestamp - block.timestamp_offset)
+                                               & 0xFFFFFFFF]
+                checked += 1
+        assert checked >= 100
+        # a NACK for a RED packet C sent: resent as it was (the store rebuilds it; the client's
+        # SRTP refuses a packet it already has, so what is resent is read from the store)
+        asked = sent[-10]
+        stored = session.webrtc.store.lookup(asked.sequence_number)
+        assert stored is not None and stored.red
+        assert (stored.packet[1] & 0x7F, stored.timestamp, stored.payload) == (
+            RED_PT, asked.timestamp, asked.payload)
+        before = session.webrtc.retransmitter.counters.hits
+        again = build_nack_packet(1, asked.ssrc, [asked.sequence_number])
+        await aiortc_compat.send_unprotected(receiver.transport, again)
+        await asyncio.wait_for(
+            _until(lambda: session.webrtc.retransmitter.counters.hits > before), 2)
+        state = await (await gateway.http.get(location)).json()
+        assert state["red"]["red_packets"] >= 60 and state["red"]["activations"] == 1
     finally:
         await pc.close()
 

@@ -17,8 +17,10 @@ from gateway import aiortc_compat
 from gateway.client.peer import GatewayClient
 from gateway.nack.store import FrameStore
 from gateway.net import sendmmsg, sendpath
+from gateway.rtp import red as rfc2198
 from gateway.rtp.header import RtpHeaderTemplate
 from gateway.webrtc.pacer import PacingClock
+from gateway.webrtc.red_sender import RedSender
 
 KEY = bytes(range(30))
 SSRC = 0x1234ABCD
@@ -393,6 +395,127 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monk
         assert origin_back == pytest.approx(pacer._origin) and state[4] == 1  # one re-anchor
         assert batch.feed_run(stream, [b"x"], 1, False)[0] == -1  # not in C any more
         batch.discard()
+    finally:
+        out.close()
+        sink.close()
+
+
+def _red_setup() -> tuple[RtpHeaderTemplate, RtpHeaderTemplate, FrameStore]:
+    """A stream's plain and RED headers (marker set: no DTX) and its store, as the leg sets
+    them up for a RED-capable peer (Opus 111, RED 63)."""
+    extensions = HeaderExtensionsMap()
+    extensions.configure(_params())
+    header = RtpHeaderTemplate.from_aiortc(111, SSRC, extensions, "0")
+    red_header = RtpHeaderTemplate.from_aiortc(63, SSRC, extensions, "0")
+    store = FrameStore()
+    store.header, store.red_header, store.red_opus_pt = header, red_header, 111
+    store.silence = b"\xf8\xff\xfe"
+    return header, red_header, store
+
+
+def test_red_sent_from_c_is_what_wrap_makes_and_what_a_nack_gets_back():
+    """RED in ``gw_run_parked``: while ``RedSender``'s state (``red_set``) has it on, each
+    packet -- fed speech or silence -- is the RED payload ``RedSender.wrap`` makes of it after
+    the previous packets (the history given from the store when it turns on, ``red_fill``,
+    then C's own: a block too long to carry left out, a raised distance, off again after the
+    hold, on again from the store), under RED's payload type; plain while off. Each packet
+    decrypts to the bytes the tick would have sent, the store rebuilds each for a NACK
+    byte-identical, and RED's counters are ``wrap``'s."""
+    header, red_header, store = _red_setup()
+    compiled_session, receiver = session(), session(pylibsrtp.Policy.SSRC_ANY_INBOUND)
+    batch, out, sink = compiled_batch()
+    reference = RedSender(63, 111, distance=2, max_distance=3, hold_s=0.09)
+    try:
+        stream = batch.new_stream(header.raw, header.ast_at,
+                                  aiortc_compat.srtp_session_address(compiled_session),
+                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
+        origin, ts_origin, seq, ast = 1000.0, 0xFFFFF000, 65530, 0x123456
+        assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025), 0, seq, ts_origin,
+                          header.second_byte, store.ring, store.silence, handle=1)
+        state = reference.state()
+        assert not batch.red_set(stream, red_header.second_byte, 111, state, origin)
+        frames = {2: b"a" * 30, 3: b"b" * 40, 5: b"c" * 50, 6: bytes(1100), 7: b"d" * 60,
+                  8: b"e" * 20, 12: b"f" * 33, 15: b"g" * 44}
+        fills, kinds = 0, []
+        for k in range(20):
+            now = origin + k * 0.02
+            if k in (4, 14):  # loss reported: on for 90 ms (slots 4-8, 14-18)
+                reference.loss_reported(now)
+            if k == 8:  # a burst of 3: three previous packets ride along
+                reference.burst_reported(3, now)
+            if k in (4, 8, 14):
+                if batch.red_set(stream, red_header.second_byte, 111, reference.state(), now):
+                    fills += 1
+                    assert batch.red_fill(stream, 3, store.last_sent(3))
+            frame = frames.get(k)
+            if frame is not None:
+                assert batch.feed_run(stream, [frame], k, False)[0] == 1
+            staged, _, _ = batch.run_parked(now, 5, ast, 0.0005, 5)
+            assert staged == 1
+            ts = (ts_origin + k * 960) & 0xFFFFFFFF
+            wrapped, how = reference.wrap(frame or store.silence, ts, now)
+            expected = (red_header if how else header).build(
+                seq, ts, ast.to_bytes(3, "big"), wrapped)
+            (datagram,) = batch.staged()
+            batch.discard()
+            assert receiver.unprotect(datagram) == expected
+            count, first = batch.take_sent(stream)
+            if frame is not None:  # the sender's half (``FedFrames.sent``)
+                assert (count, first) == (1, seq)
+                store.record_run(first, [frame], None)
+            kept = store.lookup(seq)
+            assert kept is not None and kept.packet == expected and kept.red == bool(how)
+            kinds.append(len(rfc2198.decode(wrapped)) - 1 if how else None)
+            seq = (seq + 1) & 0xFFFF
+        assert fills == 2  # (at 8 it was on: C's history went on)
+        # off, on from the store (1 then 2 blocks: the store's two before), a raised 3 at 8
+        # (the 1,100-octet frame's copy left out at 7 and 8), off, on again from the store
+        assert kinds == [None] * 4 + [2, 2, 2, 1, 2] + [None] * 5 + [2] * 5 + [None]
+        plain, red_packets, redundant, primary = batch.red_take(stream)
+        stats = reference.stats
+        assert (plain, red_packets, redundant, primary) == (
+            stats.plain_packets, stats.red_packets, stats.redundant_bytes,
+            stats.primary_bytes)
+        assert batch.red_take(stream) == (0, 0, 0, 0)
+        assert batch.unpark(stream) is not None
+    finally:
+        out.close()
+        sink.close()
+
+
+def test_a_red_packet_c_makes_fits_its_datagram_leaving_the_oldest_copies_out():
+    """Where the previous frames would not fit one datagram with the new one, C's RED packet
+    carries fewer of them (the oldest left out) -- and records as much, so a NACK for it gets
+    the same bytes back."""
+    header, red_header, store = _red_setup()
+    compiled_session, receiver = session(), session(pylibsrtp.Policy.SSRC_ANY_INBOUND)
+    batch, out, sink = compiled_batch()
+    reference = RedSender(63, 111, distance=2, hold_s=10.0)
+    try:
+        stream = batch.new_stream(header.raw, header.ast_at,
+                                  aiortc_compat.srtp_session_address(compiled_session),
+                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
+        assert batch.park(stream, (0.0, 0.02, 0.1, 0.0, 0.0025), 0, 10, 0,
+                          header.second_byte, store.ring, store.silence, handle=1)
+        reference.loss_reported(0.0)
+        assert batch.red_set(stream, red_header.second_byte, 111, reference.state(), 0.0)
+        assert batch.red_fill(stream, 2, [])
+        big = [bytes([k]) * 600 for k in range(1, 4)]
+        for k, frame in enumerate(big):
+            assert batch.feed_run(stream, [frame], k, False)[0] == 1
+            assert batch.run_parked(k * 0.02, 0, 0, 0.0005, 5)[0] == 1
+            (datagram,) = batch.staged()
+            batch.discard()
+            assert len(datagram) <= sendpath.SLOT
+            plain = receiver.unprotect(datagram)
+            assert plain[1] == red_header.second_byte
+            blocks = rfc2198.decode(plain[len(header.raw):])
+            # 600 + 600 + headers fit; a third 600 would not: one copy at most
+            assert [b.data for b in blocks] == big[max(0, k - 1):k + 1]
+            store.record_run(*batch.take_sent(stream)[1:], [frame], None)
+            kept = store.lookup(10 + k)
+            assert kept is not None and kept.packet == plain
+        assert batch.unpark(stream) is not None
     finally:
         out.close()
         sink.close()

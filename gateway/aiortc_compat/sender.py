@@ -325,11 +325,24 @@ def compiled_rtp_sender(
     def take_sent(parked: Any) -> tuple[int, int]:
         return parked[0].take_sent(stream)
 
+    def red_set(parked: Any, red_b1: int, payload_type: int,
+                state: tuple[float, int, int, float] | None, now: float) -> bool:
+        return bool(parked[0].red_set(stream, red_b1, payload_type, state, now))
+
+    def red_fill(parked: Any, capacity: int, history: list[tuple[int, bytes]]) -> bool:
+        return bool(parked[0].red_fill(stream, capacity, history))
+
+    def red_take(parked: Any) -> tuple[int, int, int, int]:
+        return parked[0].red_take(stream)
+
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     send.sync = sync  # type: ignore[attr-defined]
     send.park = park  # type: ignore[attr-defined]
     send.unpark = unpark  # type: ignore[attr-defined]
     send.unfeed = unfeed  # type: ignore[attr-defined]
     send.take_sent = take_sent  # type: ignore[attr-defined]
+    send.red_set = red_set  # type: ignore[attr-defined]
+    send.red_fill = red_fill  # type: ignore[attr-defined]
+    send.red_take = red_take  # type: ignore[attr-defined]
     send.still_valid = still_valid  # type: ignore[attr-defined]
     return send

@@ -45,6 +45,8 @@ EMPTY = 0xFFFFFFFF  # a ring slot that holds no packet (a packet's word is seq |
 # Keep-alive silence recorded by the compiled path's parked sender (net/sendpath.py
 # ``gw_run_parked``), which cannot write the refs list: the payload is ``silence``, no owner.
 PARKED_SILENCE = 0xFF
+# ... and with RED on there, ``SILENCE_PRIMARY | RED_REBUILT + k``: RED of ``silence``.
+SILENCE_PRIMARY = 0x100
 NEWEST, RECORDED = RING * 4, RING * 4 + 1  # ``_meta``'s words after the ring
 
 
@@ -127,7 +129,8 @@ class FrameStore:
 
     def record_run(self, seq: int, payloads: list[bytes], owner: FrameOwner | None) -> int:
         """The payloads and owner of consecutive packets from ``seq`` that the compiled path
-        sent from C, which wrote their fields in the ring already (``_meta``; as sent: PLAIN):
+        sent from C, which wrote their fields in the ring already (``_meta``: as sent, PLAIN
+        or RED_REBUILT + k):
         ``record_sent``'s other half, the owner not told. Returns the first one's
         timestamp."""
         j = (seq & (RING - 1)) << 1
@@ -177,10 +180,12 @@ class FrameStore:
             packet = self.header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"),
                                        self.silence)
             return StoredPacket(seq, timestamp, packet, self.silence, None, False)
+        silent = how & SILENCE_PRIMARY
+        how &= 0xFF
         header = self.red_header if how else self.header
         if header is None:
             return None
-        primary = payload = self._refs[i >> 1]
+        primary = payload = self.silence if silent else self._refs[i >> 1]
         assert isinstance(primary, bytes)
         if how >= RED_REBUILT:
             rebuilt = self._red_payload(seq, timestamp, primary, how - RED_REBUILT)
@@ -188,26 +193,54 @@ class FrameStore:
                 return None
             payload = rebuilt
         packet = header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"), payload)
-        owner = self._refs[(i >> 1) + 1]
+        owner = None if silent else self._refs[(i >> 1) + 1]
         frame = None if owner is None else EncodedFrame(primary, owner, meta[i + 3])
         return StoredPacket(seq, timestamp, packet, payload, frame, bool(how))
+
+    def _primary(self, i: int, word: int) -> bytes:
+        """The payload (a RED packet's primary) of the packet at ring word ``i``."""
+        how = word >> 16
+        if how == PARKED_SILENCE or how & SILENCE_PRIMARY:
+            return self.silence
+        payload = self._refs[i >> 1]
+        assert isinstance(payload, bytes)
+        return payload
 
     def _red_payload(self, seq: int, timestamp: int, primary: bytes, previous: int
                      ) -> bytes | None:
         """The RED payload ``RedSender.wrap`` made: ``primary`` after the ``previous``
         packets before ``seq``, oldest first (None: the ring no longer holds them all)."""
         blocks = []
-        meta, refs = self._meta, self._refs
+        meta = self._meta
         for back in range(previous, 0, -1):
             earlier = (seq - back) & 0xFFFF
             j = (earlier & (RING - 1)) << 2
             word = meta[j]
             if word & 0xFFFF != earlier or word == EMPTY:
                 return None
-            block = refs[j >> 1]
-            assert isinstance(block, bytes)
-            blocks.append(((timestamp - meta[j + 1]) & 0xFFFFFFFF, block))
+            blocks.append(((timestamp - meta[j + 1]) & 0xFFFFFFFF, self._primary(j, word)))
         return rfc2198.encode(primary, self.red_opus_pt, blocks)
+
+    def last_sent(self, count: int) -> list[tuple[int, bytes]]:
+        """The newest ``count`` packets' (timestamp, payload -- a RED packet's primary),
+        oldest first: what RED carries in the packet after them (``RedSender.restore``); fewer
+        where the ring holds fewer in a row."""
+        if self.before_read is not None:
+            self._before_read()
+        meta = self._meta
+        newest = meta[NEWEST]
+        out: list[tuple[int, bytes]] = []
+        if newest == EMPTY:
+            return out
+        for back in range(min(count, self.capacity)):
+            seq = (newest - back) & 0xFFFF
+            i = (seq & (RING - 1)) << 2
+            word = meta[i]
+            if word == EMPTY or word & 0xFFFF != seq:
+                break
+            out.append((meta[i + 1], self._primary(i, word)))
+        out.reverse()
+        return out
 
     def kept_payload(self, seq: int) -> bytes | None:
         """The payload the ring keeps for ``seq`` (a RED packet's primary), None if none."""
@@ -217,11 +250,7 @@ class FrameStore:
         word = self._meta[i]
         if word == EMPTY or word & 0xFFFF != seq:
             return None
-        if word >> 16 == PARKED_SILENCE:
-            return self.silence
-        payload = self._refs[i >> 1]
-        assert isinstance(payload, bytes)
-        return payload
+        return self._primary(i, word)
 
     @property
     def newest_seq(self) -> int | None:

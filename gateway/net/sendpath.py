@@ -45,10 +45,12 @@ PARKED_RING_WORDS = 256 * 4 + 2  # a FrameStore's ring: 4 words a slot, newest s
 FEED_MAX = 1275  # bytes of a fed speech frame: Opus's largest packet (RFC 6716 §3.4, R2)
 FED_SLOTS = 48  # speech frames fed ahead to a stream C sends (gw_feed_run): 960 ms
 FED_LOW = 4  # ... fed frames left when C asks for more (its handle in gw_consumed)
+RED_MAX = 8  # previous frames a RED packet C makes carries at most (red_sender.MAX_DISTANCE)
 
 _CDEF = """
 typedef struct { ...; } gw_batch;
 typedef struct { ...; } gw_stream;
+typedef struct { ...; } gw_red_entry;
 gw_batch *gw_batch_new(int fd, uintptr_t protect, int trailer);
 void gw_batch_free(gw_batch *b);
 int gw_stream_init(gw_stream *s, const unsigned char *header, int header_len, int ast_at,
@@ -71,6 +73,11 @@ int gw_feed_list(gw_stream *s, uintptr_t list, unsigned int first_index, int rep
 long long gw_take_sent(gw_stream *s);
 int gw_unfeed(gw_stream *s);
 unsigned int *gw_consumed(gw_batch *b);
+int gw_red_set(gw_stream *s, int on, unsigned int red_b1, unsigned int pt, double until,
+               int distance, int raised, double raised_until, double now);
+int gw_red_fill(gw_stream *s, uintptr_t entries, int cap, const unsigned int *ts,
+                const unsigned char *data, const int *lens, int n);
+void gw_red_take(gw_stream *s, unsigned long long *out);
 void gw_batch_close(gw_batch *b);
 int gw_flush(gw_batch *b);
 int gw_count(gw_batch *b);
@@ -101,10 +108,22 @@ _SOURCE = r"""
 #define GW_REPORT 0x40000000  /* (in a fed frame's len) report the stream when it is sent */
 #define GW_RING 256
 #define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
+#define GW_RED_REBUILT 2u  /* FrameStore's RED_REBUILT (+ k) */
+#define GW_RED_SILENCE 0x100u  /* FrameStore's SILENCE_PRIMARY (| RED_REBUILT + k) */
+#define GW_RED_MAX @RED_MAX@  /* previous frames a RED packet carries at most */
+#define GW_RED_BLOCK 1023  /* octets of a RED block at most (RFC 2198's 10-bit length) */
 
 typedef int (*gw_protect_fn)(void *ctx, void *hdr, int *len);
 
 typedef struct gw_stream gw_stream;
+
+/* One packet of a stream's RED history (gw_red_fill): its timestamp and primary (a primary
+   longer than a RED block keeps its length only: no RED packet carries it). */
+typedef struct {
+    unsigned int ts;
+    int len;
+    unsigned char data[GW_RED_BLOCK];
+} gw_red_entry;
 
 /* A speech frame fed ahead: it lies in the sender's bytes object (kept alive by the sender
    until the frame is sent and taken, or taken back). */
@@ -124,6 +143,7 @@ typedef struct {
     int trailer;
     gw_protect_fn protect;
     unsigned long long calls, sent, failed, skipped, protect_failed, batches;
+    unsigned char red_buf[GW_SLOT];  /* a RED payload being made (gw_run_parked) */
     struct mmsghdr msgs[GW_MAX];
     struct iovec iovs[GW_MAX];
     struct sockaddr_storage names[GW_MAX];
@@ -158,6 +178,14 @@ struct gw_stream {
     unsigned int handle;
     int fed_head, fed_n;
     unsigned int sent_first, sent_n;  /* fed frames sent since the sender last took them */
+    /* RFC 2198 RED (gw_red_set; off at gw_park): each packet RED while now < red_until,
+       carrying the previous red_distance packets (red_raised while now < red_raised_until)
+       from red_hist, the caller's ring of red_cap entries, which C keeps while RED is on */
+    int red, red_distance, red_raised, red_cap, red_head, red_n;
+    unsigned int red_b1, red_pt;
+    double red_until, red_raised_until;
+    gw_red_entry *red_hist;
+    unsigned long long r_plain, r_red, r_redundant, r_primary;  /* gw_red_take's */
     gw_fed fed[GW_FED];
 };
 
@@ -291,6 +319,10 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
     s->broken = 0;
     s->fed_head = s->fed_n = 0;
     s->sent_n = 0;
+    s->red = 0;  /* (gw_red_set after the park: the caller's history is not kept across) */
+    s->red_hist = NULL;
+    s->red_cap = s->red_head = s->red_n = 0;
+    s->r_plain = s->r_red = s->r_redundant = s->r_primary = 0;
     b->due[b->n_parked] = s->origin + (double)s->slot * s->period;
     b->parked[b->n_parked++] = s;
     s->parked_at = b->n_parked;
@@ -395,6 +427,101 @@ int gw_unfeed(gw_stream *s) {
 
 unsigned int *gw_consumed(gw_batch *b) { return b->consumed; }
 
+/* RED's state for a parked stream, as RedSender's (webrtc/red_sender.py): on while now <
+   until (on: 0, the stream has no RED), carrying distance previous packets, or raised while
+   now < raised_until; red_b1: a RED packet's second octet (marker | RED's payload type), pt:
+   its blocks' (Opus). Returns 1 when C's history is to be filled (gw_red_fill) -- RED was not
+   on here at now and is -- else 0: while it is on, C keeps its history itself. */
+int gw_red_set(gw_stream *s, int on, unsigned int red_b1, unsigned int pt, double until,
+               int distance, int raised, double raised_until, double now) {
+    int was = s->red && s->red_hist != NULL && now < s->red_until;
+    s->red = on != 0;
+    s->red_b1 = red_b1 & 0xFF;
+    s->red_pt = pt & 0x7F;
+    s->red_until = until;
+    s->red_distance = distance < 0 ? 0 : distance > GW_RED_MAX ? GW_RED_MAX : distance;
+    s->red_raised = raised < 0 ? 0 : raised > GW_RED_MAX ? GW_RED_MAX : raised;
+    s->red_raised_until = raised_until;
+    return s->red && !was && now < until;
+}
+
+static void gw_red_push(gw_stream *s, unsigned int ts, const unsigned char *p, int len) {
+    gw_red_entry *e;
+    if (s->red_n < s->red_cap) {
+        e = &s->red_hist[(s->red_head + s->red_n) % s->red_cap];
+        s->red_n++;
+    } else {
+        e = &s->red_hist[s->red_head];
+        s->red_head = (s->red_head + 1) % s->red_cap;
+    }
+    e->ts = ts;
+    e->len = len;
+    if (len > 0 && len <= GW_RED_BLOCK) memcpy(e->data, p, (size_t)len);
+}
+
+/* The history RED packets start from: entries, the caller's array of cap gw_red_entry (kept
+   alive until the stream is unparked or filled again), holding the last of the n packets
+   given (timestamps ts, primaries laid end to end in data, lengths lens), oldest first: the
+   packets sent before the next. Returns 0, -1 (cap out of range). */
+int gw_red_fill(gw_stream *s, uintptr_t entries, int cap, const unsigned int *ts,
+                const unsigned char *data, const int *lens, int n) {
+    if (cap < 1 || cap > GW_RED_MAX || entries == 0) return -1;
+    s->red_hist = (gw_red_entry *)entries;
+    s->red_cap = cap;
+    s->red_head = s->red_n = 0;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (i >= n - cap) gw_red_push(s, ts[i], data + at, lens[i]);
+        at += (size_t)lens[i];
+    }
+    return 0;
+}
+
+/* RED's counters since the last take (plain packets, RED packets, redundant octets, primary
+   octets), then zeroed. */
+void gw_red_take(gw_stream *s, unsigned long long *out) {
+    out[0] = s->r_plain; out[1] = s->r_red; out[2] = s->r_redundant; out[3] = s->r_primary;
+    s->r_plain = s->r_red = s->r_redundant = s->r_primary = 0;
+}
+
+/* A history entry a RED packet at ts carries (rtp/red.py encode's rule: not empty, not
+   longer than a block, its offset within 14 bits and not 0). */
+static int gw_red_carried(const gw_red_entry *e, unsigned int ts) {
+    unsigned int offset = ts - e->ts;
+    return e->len > 0 && e->len <= GW_RED_BLOCK && offset > 0 && offset <= 0x3FFF;
+}
+
+/* The RED payload of primary p (len octets) at ts after the stream's last k history
+   entries, into out, as rtp/red.py encode makes it; its length. With max >= 0, nothing is
+   written: the length, or -1 if it is over max. */
+static int gw_red_encode(const gw_stream *s, int k, unsigned int ts, const unsigned char *p,
+                         int len, unsigned char *out, int max) {
+    int size = 1 + len;
+    for (int j = s->red_n - k; j < s->red_n; j++) {
+        const gw_red_entry *e = &s->red_hist[(s->red_head + j) % s->red_cap];
+        if (gw_red_carried(e, ts)) size += 4 + e->len;
+    }
+    if (max >= 0) return size > max ? -1 : size;
+    unsigned char *o = out;
+    for (int j = s->red_n - k; j < s->red_n; j++) {
+        const gw_red_entry *e = &s->red_hist[(s->red_head + j) % s->red_cap];
+        if (!gw_red_carried(e, ts)) continue;
+        unsigned int w = ((0x80u | s->red_pt) << 24) | ((ts - e->ts) << 10) | (unsigned)e->len;
+        o[0] = (unsigned char)(w >> 24); o[1] = (unsigned char)(w >> 16);
+        o[2] = (unsigned char)(w >> 8); o[3] = (unsigned char)w;
+        o += 4;
+    }
+    *o++ = (unsigned char)s->red_pt;
+    for (int j = s->red_n - k; j < s->red_n; j++) {
+        const gw_red_entry *e = &s->red_hist[(s->red_head + j) % s->red_cap];
+        if (!gw_red_carried(e, ts)) continue;
+        memcpy(o, e->data, (size_t)e->len);
+        o += e->len;
+    }
+    memcpy(o, p, (size_t)len);
+    return (int)(o - out) + len;
+}
+
 static double gw_align(const gw_stream *s, double t) {
     double k = ceil((t - s->grid_origin) / s->grid_period - 1e-6);
     return s->grid_origin + k * s->grid_period;
@@ -442,17 +569,42 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             unsigned int ts = s->ts_origin + (unsigned int)(released * 960);
             int speech = s->fed_n > 0;
             const gw_fed *f = speech ? &s->fed[s->fed_head] : NULL;
-            const unsigned char *payload = speech ? f->p : s->silence;
-            int len = speech ? (f->len & ~GW_REPORT) : s->silence_len;
-            int n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, payload, len);
+            const unsigned char *primary = speech ? f->p : s->silence;
+            int plen = speech ? (f->len & ~GW_REPORT) : s->silence_len;
+            const unsigned char *payload = primary;
+            int len = plen, k = -1;
+            unsigned int b1 = s->b1, how = speech ? 0u : GW_PARKED_HOW;
+            if (s->red && now < s->red_until && s->red_hist != NULL) {
+                /* RED (RedSender.wrap's): this primary after the previous k, fewer (the
+                   oldest left out) where the datagram would not fit */
+                k = now < s->red_raised_until ? s->red_raised : s->red_distance;
+                if (k > s->red_n) k = s->red_n;
+                int room = GW_SLOT - b->trailer - s->header_len;
+                while (k > 0 && gw_red_encode(s, k, ts, primary, plen, NULL, room) < 0) k--;
+                len = gw_red_encode(s, k, ts, primary, plen, b->red_buf, -1);
+                payload = b->red_buf;
+                b1 = s->red_b1;
+                how = (speech ? 0u : GW_RED_SILENCE) | (GW_RED_REBUILT + (unsigned)k);
+            }
+            int n = gw_stage(b, s, b1, seq, ts, ast, ntp, payload, len);
             if (n == -2) {
                 gw_flush(b);
-                n = gw_stage(b, s, s->b1, seq, ts, ast, ntp, payload, len);
+                n = gw_stage(b, s, b1, seq, ts, ast, ntp, payload, len);
             }
             if (n <= 0) { s->broken = 1; continue; }
             staged++;
+            if (s->red) {
+                s->r_primary += (unsigned long long)plen;
+                if (k < 0) {
+                    s->r_plain++;
+                } else {
+                    s->r_red++;
+                    s->r_redundant += (unsigned long long)(len - plen);
+                    gw_red_push(s, ts, primary, plen);
+                }
+            }
             unsigned int *m = s->meta + (size_t)(seq & (GW_RING - 1)) * 4;
-            m[0] = seq | ((speech ? 0u : GW_PARKED_HOW) << 16); m[1] = ts;
+            m[0] = seq | (how << 16); m[1] = ts;
             m[2] = ast & 0xFFFFFF; m[3] = speech ? f->index : 0;
             s->meta[GW_RING * 4] = seq;
             s->meta[GW_RING * 4 + 1]++;
@@ -526,7 +678,7 @@ void gw_discard(gw_batch *b) { b->count = 0; }
 """
 
 _SOURCE = (_SOURCE.replace("@FEED_MAX@", str(FEED_MAX)).replace("@FED_SLOTS@", str(FED_SLOTS))
-           .replace("@FED_LOW@", str(FED_LOW)))
+           .replace("@FED_LOW@", str(FED_LOW)).replace("@RED_MAX@", str(RED_MAX)))
 _DIGEST = hashlib.sha256((_CDEF + _SOURCE).encode()).hexdigest()[:12]
 MODULE = f"_gw_sendpath_{_DIGEST}"
 
@@ -601,7 +753,7 @@ class CompiledBatch:
     """One socket's staged, protected datagrams (``gw_batch``), sent by ``flush``."""
 
     __slots__ = ("__weakref__", "_counters", "_ffi", "_lib", "_n_consumed", "_next_due", "_ptr",
-                 "_rings", "flush_c", "ptr", "stage", "stage_c")
+                 "_red", "_rings", "flush_c", "ptr", "stage", "stage_c")
 
     def __init__(self, module: Any, fd: int, protect_address: int, trailer: int) -> None:
         self._ffi, self._lib = module.ffi, module.lib
@@ -613,6 +765,7 @@ class CompiledBatch:
         self._next_due = self._ffi.new("double[1]")
         self._n_consumed = self._ffi.new("int[1]")
         self._rings: dict[Any, Any] = {}  # parked stream -> its pinned ring and silence
+        self._red: dict[Any, Any] = {}  # parked stream -> its RED history (gw_red_fill)
         lib, p = self._lib, self._ptr
         stage_c = lib.gw_stage
 
@@ -695,6 +848,7 @@ class CompiledBatch:
         out = self._ffi.new("long long[8]")
         rc = self._lib.gw_unpark(self._ptr, stream, times, out)
         self._rings.pop(stream, None)
+        self._red.pop(stream, None)
         if rc:
             return None
         return float(times[0]), float(times[1]), [int(v) for v in out]
@@ -750,6 +904,42 @@ class CompiledBatch:
         newest fed."""
         return int(self._lib.gw_unfeed(stream))
 
+    def red_set(self, stream: Any, red_b1: int, payload_type: int,
+                state: tuple[float, int, int, float] | None, now: float) -> bool:
+        """RED for a parked stream (``gw_red_set``): ``state`` -- ``RedSender.state()``, None
+        for none --, ``red_b1`` a RED packet's second octet, ``payload_type`` its blocks'.
+        True: RED turned on in C at ``now``, whose history is to be given (``red_fill``)."""
+        if state is None:
+            return bool(self._lib.gw_red_set(stream, 0, 0, 0, 0.0, 0, 0, 0.0, now))
+        until, distance, raised, raised_until = state
+        return bool(self._lib.gw_red_set(stream, 1, red_b1, payload_type, until, distance,
+                                         raised, raised_until, now))
+
+    def red_fill(self, stream: Any, capacity: int, history: list[tuple[int, bytes]]) -> bool:
+        """A parked stream's RED history (``gw_red_fill``): the packets sent before its next,
+        (timestamp, primary) oldest first, of which C keeps the last ``capacity``. False: not
+        parked (its socket closed meanwhile), nothing given."""
+        if stream not in self._rings:
+            return False
+        entries = self._red.get(stream)
+        if entries is None or len(entries) != capacity:
+            entries = self._ffi.new("gw_red_entry[]", capacity)
+        data = b"".join(p for _, p in history)
+        rc = self._lib.gw_red_fill(stream, self._ffi.cast("uintptr_t", entries), capacity,
+                                   [ts & 0xFFFFFFFF for ts, _ in history], data,
+                                   [len(p) for _, p in history], len(history))
+        if rc:
+            raise ValueError(f"RED history of {capacity} entries (1..{RED_MAX})")
+        self._red[stream] = entries  # (C's pointer: kept until unparked or filled again)
+        return True
+
+    def red_take(self, stream: Any) -> tuple[int, int, int, int]:
+        """RED's counters of a parked stream since the last take: (plain packets, RED
+        packets, redundant octets, primary octets)."""
+        out = self._ffi.new("unsigned long long[4]")
+        self._lib.gw_red_take(stream, out)
+        return int(out[0]), int(out[1]), int(out[2]), int(out[3])
+
     @property
     def parked(self) -> int:
         return int(self._lib.gw_parked_count(self._ptr))
@@ -758,6 +948,7 @@ class CompiledBatch:
         """The socket is closed: every parked stream dropped, nothing more sent."""
         self._lib.gw_batch_close(self._ptr)
         self._rings.clear()
+        self._red.clear()
 
     def count(self) -> int:
         return int(self._lib.gw_count(self._ptr))

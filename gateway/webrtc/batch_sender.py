@@ -353,16 +353,14 @@ class BatchStream:
         ``sendpath.FED_SLOTS`` from the queue, ahead) or the keep-alive silence, protects and
         stages it and records it in the store's ring; when its fed frames run low (or a new
         owner's first went), ``sent_from_c`` does the rest of ``_emit`` for the frames sent
-        (the store's refs, the owners told, the counters) and feeds more. Taken back
-        (``_from_c``) for a reader of its counters (``settle``), RED turning active
-        (``Retransmitter.on_red_active``), another pair nominated (``aiortc_compat.
-        NominatedPairs``), a transport or socket closed (checked every second:
-        ``in_c.HeldInC.check_some``), and ``stop``; its sender reports leave it in C. Only a
-        plain stream: compiled, no DTX, RED not active, no test loss. True: the tick chain
-        stops here."""
-        compiled, red, pacer = self._compiled, self.sink.red, self.pacer
-        if (compiled is None or self.dtx or self.sink.drop_first_tx is not None
-                or (red is not None and red.active(pacer.clock()))):
+        (the store's refs, the owners told, the counters) and feeds more. RED is C's too
+        (``_red_to_c``: each packet RED while it is on, as ``RedSender.wrap`` makes it). Taken
+        back (``_from_c``) for a reader of its counters (``settle``), another pair nominated
+        (``aiortc_compat.NominatedPairs``), a transport or socket closed (checked every
+        second: ``in_c.HeldInC.check_some``), and ``stop``; its sender reports leave it in C.
+        Only a compiled stream without DTX or test loss. True: the tick chain stops here."""
+        compiled, pacer = self._compiled, self.pacer
+        if compiled is None or self.dtx or self.sink.drop_first_tx is not None:
             return False
         ticker = self.ticker
         origin, slot = pacer.handover()
@@ -382,8 +380,34 @@ class BatchStream:
         self.store.before_read = ref(self)
         self.handovers += 1
         held_in_c(ticker).add(handle, self, in_c)
+        if self.sink.red is not None:
+            self._red_to_c()
         self._feed()
         return True
+
+    def red_changed(self) -> None:
+        """RED's state moved (reported loss: ``Retransmitter.on_red_changed``): a stream C
+        sends gets it there."""
+        if self._in_c is not None:
+            try:
+                self._red_to_c()
+            except Exception as exc:  # (back to the tick, whose packets go through ``wrap``)
+                self.failed(exc)
+                self.back_to_tick()
+
+    def _red_to_c(self) -> None:
+        """RED's state to C (``CompiledBatch.red_set``); where that turns it on there, the
+        packets before the next from the store, whose last ``max_distance`` C keeps as its
+        history from then on (``red_fill``)."""
+        red, in_c, compiled, header = self.sink.red, self._in_c, self._compiled, self._red_header
+        if red is None or in_c is None or compiled is None or header is None:
+            return
+        if compiled.red_set(  # type: ignore[attr-defined]
+            in_c, header.second_byte, red.opus_pt, red.state(), self.pacer.clock()
+        ):
+            compiled.red_fill(  # type: ignore[attr-defined]
+                in_c, red.max_distance, self.store.last_sent(red.max_distance)
+            )
 
     def _feed(self) -> None:
         """Feed C the queue's next frames (up to ``sendpath.FED_SLOTS`` ahead); one C does not
@@ -405,10 +429,6 @@ class BatchStream:
             except Exception as exc:  # the producer's, as its call_soon would have reported
                 asyncio.get_running_loop().call_exception_handler({
                     "message": "a queue's producer failed refilling it", "exception": exc})
-        red = self.sink.red
-        if red is not None and red.active(now):
-            self.back_to_tick()  # RED from here on: each packet through ``wrap``
-            return
         self._feed()
 
     def path_moved(self) -> None:
@@ -419,7 +439,7 @@ class BatchStream:
     def record_from_c(self, now: float | None = None, refill_here: bool = False
                       ) -> Callable[[], None] | None:
         """The fed frames C sent since the last time, recorded: the store's refs, their owners
-        told, RED's history, the counters (also before the store is read: ``before_read``).
+        told, the counters (also before the store is read: ``before_read``).
         ``refill_here``: the queue's producer callback the room made is due (if any) is
         returned for the caller to run (``FrameQueue.sent_ahead``'s ``hand_back``), not
         scheduled."""
@@ -438,7 +458,7 @@ class BatchStream:
         refill = queue.sent_ahead(count, hand_back=True) if refill_here else None
         try:
             octets, error = fed.sent(count, seq, self.pacer.clock() if now is None else now,
-                                     queue, self.store, self.sink.red, not refill_here)
+                                     queue, self.store, not refill_here)
         except BaseException:
             if refill is not None:  # (the producer is not left waiting: as sent_ahead does)
                 asyncio.get_running_loop().call_soon(refill)
@@ -479,10 +499,13 @@ class BatchStream:
         self._in_c = None
         self.store.before_read = None
         held_in_c(self.ticker).remove(handle, in_c)
+        red = self.sink.red
+        if red is not None:  # (what C sent: counted, and the history ``wrap`` goes on from)
+            red.count_from_c(*compiled.red_take(in_c))  # type: ignore[attr-defined]
+            red.restore(self.store.last_sent(red.max_distance))
         if state is None:
             return
         origin, max_late, (slot, seq, released, late, rebases, frames, octets, quiet) = state
-        last_ts = (self._ts_origin + (slot - 1) * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF
         self.pacer.take_back(origin, slot, released, late, rebases, max_late)
         self._seq = seq
         stats = self.stats
@@ -490,9 +513,6 @@ class BatchStream:
         stats.silence_frames += frames
         stats.bytes_sent += octets
         self._idle_slots += quiet
-        red = self.sink.red
-        if red is not None and quiet:
-            red.sent_plain(self.silence, last_ts, quiet)
 
     def settle(self) -> None:
         """Bring the counters up to date now (whoever reads them: a session's state, the

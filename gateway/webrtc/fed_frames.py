@@ -4,8 +4,8 @@ A stream C sends (``BatchStream._to_c``) is fed up to ``FED_SLOTS`` frames from 
 time, one owner's run per C call, laid end to end in one buffer that C reads them from. C sends
 one a due slot and writes each packet's fields in the store's ring; it asks for the stream when
 its fed frames fall to ``FED_LOW`` or run out, or when a new owner's first frame went. Only then
-does Python take what was sent (``sent``: the store's refs, the owners told once a run, RED's
-history) and feed more -- one Python visit per 20 packets of a long utterance, not one a
+does Python take what was sent (``sent``: the store's refs, the owners told once a run) and
+feed more -- one Python visit per 20 packets of a long utterance, not one a
 packet (docs/density.md, "Speech fed ahead"). The frames and their buffers stay here until C
 has sent them and they are taken, or are taken back (``take_back``: a queue held or cleared, the
 stream back on the tick) and queued again at the front, in order.
@@ -20,7 +20,6 @@ from gateway.media.frame_queue import FrameQueue
 from gateway.media.frames import FrameOwner
 from gateway.nack.store import FrameStore
 from gateway.net.sendpath import FED_SLOTS
-from gateway.webrtc.red_sender import RedSender
 
 #: ``CompiledBatch.feed_run`` bound to the stream: (payloads, first index, report) -> (taken,
 #: the buffer they lie in)
@@ -66,13 +65,13 @@ class FedFrames:
         return True
 
     def sent(self, count: int, seq: int, now: float, queue: FrameQueue, store: FrameStore,
-             red: RedSender | None, room: bool = True) -> tuple[int, Exception | None]:
+             room: bool = True) -> tuple[int, Exception | None]:
         """C sent the oldest ``count`` of them as ``seq`` on (consecutive: no silence goes while
-        a frame is fed): their refs recorded in the store (C wrote the ring's fields), RED's
-        history, each owner told once for its part (``on_frames_sent`` at ``now``), room made
-        in ``queue`` (``FrameQueue.sent_ahead``; ``room`` False: the caller makes it, with
-        ``FrameQueue.sent_ahead``'s ``hand_back``). Returns their payload octets and the first
-        owner's failure, if any (all are recorded whatever an owner does)."""
+        a frame is fed): their refs recorded in the store (C wrote the ring's fields, RED's
+        history is C's), each owner told once for its part (``on_frames_sent`` at ``now``),
+        room made in ``queue`` (``FrameQueue.sent_ahead``; ``room`` False: the caller makes
+        it, with ``FrameQueue.sent_ahead``'s ``hand_back``). Returns their payload octets and
+        the first owner's failure, if any (all are recorded whatever an owner does)."""
         self.count -= count
         if room:
             queue.sent_ahead(count)
@@ -88,9 +87,6 @@ class FedFrames:
             part = payloads if done == 0 and k == len(payloads) else payloads[done:done + k]
             timestamp = store.record_run(seq, part, owner)
             octets += sum(map(len, part))
-            if red is not None:
-                for i, payload in enumerate(part):
-                    red.sent_plain(payload, store.timestamp_of(seq + i), 1)
             if owner is not None:
                 try:
                     owner.on_frames_sent(run[3] + done, k, seq, timestamp, now)

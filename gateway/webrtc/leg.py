@@ -100,7 +100,7 @@ class WebRtcLeg:
         self.transmitter.report_interval_s = options.rtcp_report_interval_s
         self.track: MediaStreamTrack = ParkedTrack(on_sender_started=self._start_batch)
         self.retransmitter = Retransmitter(self.sink)
-        self.retransmitter.on_red_active = self.transmitter.back_to_tick
+        self.retransmitter.on_red_changed = self.transmitter.red_changed
         self._watchdog: asyncio.TimerHandle | None = None
         self._payload_type = offer.opus_payload_type
         self.events_channel: RTCDataChannel | None = None

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 
-from gateway.media.opus_codec import RTP_TICKS_PER_FRAME
 from gateway.nack.store import RED_REBUILT
 from gateway.rtp import red
 
@@ -118,19 +117,26 @@ class RedSender:
         history.append((timestamp, payload))
         return out, how
 
-    def sent_plain(self, payload: bytes, last_timestamp: int, count: int) -> None:
-        """``count`` packets of ``payload`` went out plain without ``wrap`` (the keep-alive
-        silence the compiled path sent while parked, RED inactive), the last at
-        ``last_timestamp``, a frame apart: counted, and the history holds them as ``wrap``
-        would have left it."""
-        if count <= 0:
-            return
-        self.stats.plain_packets += count
-        self.stats.primary_bytes += count * len(payload)
-        for back in range(min(count, self.max_distance) - 1, -1, -1):
-            self._history.append(
-                ((last_timestamp - back * RTP_TICKS_PER_FRAME) & 0xFFFFFFFF, payload)
-            )
+    def state(self) -> tuple[float, int, int, float]:
+        """What ``wrap`` decides by, for the compiled path to decide as it does
+        (``CompiledBatch.red_set``): on until, the distance, the raised one and until when."""
+        return self._active_until, self.distance, self._raised, self._raised_until
+
+    def restore(self, history: list[tuple[int, bytes]]) -> None:
+        """The packets sent before the next, (timestamp, payload) oldest first (the frame
+        store's ``last_sent``): the history ``wrap`` goes on from once packets went without it
+        (sent from C)."""
+        self._history.clear()
+        self._history.extend(history)
+
+    def count_from_c(self, plain: int, red: int, redundant_bytes: int, primary_bytes: int
+                     ) -> None:
+        """Packets the compiled path sent without ``wrap`` (``CompiledBatch.red_take``)."""
+        stats = self.stats
+        stats.plain_packets += plain
+        stats.red_packets += red
+        stats.redundant_bytes += redundant_bytes
+        stats.primary_bytes += primary_bytes
 
     def as_json(self, now: Callable[[], float] = time.monotonic) -> dict[str, object]:
         s = self.stats

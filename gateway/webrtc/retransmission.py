@@ -118,9 +118,9 @@ class Retransmitter:
         self._delayed: set[asyncio.TimerHandle] = set()  # test-only delayed resends
         self.rtt_s: float | None = None  # from the receiver's reports (LSR/DLSR)
         self.fraction_lost = 0.0  # the latest report's
-        #: called when reported loss turns adaptive RED on (the leg: a stream C sends goes
-        #: back to the tick, where each packet goes through RED)
-        self.on_red_active: Callable[[], None] | None = None
+        #: called when reported loss moved RED's state (on, until when, the distance): the
+        #: leg's transmitter, whose stream C may be sending (``BatchStream.red_changed``)
+        self.on_red_changed: Callable[[], None] | None = None
 
     def attach(self, sender: RTCRtpSender) -> None:
         """Start answering NACKs for ``sender`` (call after the remote description is set)."""
@@ -228,17 +228,16 @@ class Retransmitter:
 
     def _loss_reported(self, burst: int = 0) -> None:
         """Loss reported (a NACK with its longest run, or a report's fraction lost): RED
-        told; ``on_red_active`` when that turned it on."""
+        told, then ``on_red_changed``."""
         red = self.sink.red
         if red is None:
             return
         now = time.monotonic()
-        was = red.active(now)
         red.loss_reported(now)
         if burst:
             red.burst_reported(burst, now)
-        if not was and self.on_red_active is not None and red.active(now):
-            self.on_red_active()
+        if self.on_red_changed is not None:
+            self.on_red_changed()
 
     def _concealment_for(self, seq: int) -> bytes | None:
         """The newest packet's header (SSRC, PT, extensions) with ``seq``, the timestamp that

@@ -65,7 +65,7 @@ def test_feeds_runs_up_to_the_ring_and_reports_each_new_owners_first_frame():
     assert len(queue) == 20
     # the same owner's next run is not reported again
     c.fed.clear()
-    fed.sent(FED_SLOTS, 100, 1.0, queue, FrameStore(), None)
+    fed.sent(FED_SLOTS, 100, 1.0, queue, FrameStore())
     assert fed.feed(queue, c) and c.fed[0][2] is False
 
 
@@ -76,13 +76,13 @@ def test_sent_records_refs_and_tells_each_owner_once_a_run():
     queue.offer([b"bb%d" % k for k in range(4)], b, 0)
     fed, store = FedFrames(), FrameStore()
     fed.feed(queue, FakeC())
-    octets, error = fed.sent(5, 65534, 2.0, queue, store, None)  # across the seq wrap
+    octets, error = fed.sent(5, 65534, 2.0, queue, store)  # across the seq wrap
     assert error is None and octets == 3 * 2 + 2 * 3
     assert a.told == [(7, 3, 65534)] and b.told == [(0, 2, 1)]
     assert store._refs[(65534 & 255) * 2] == b"a0" and store._refs[1 * 2] == b"bb0"
     assert store._refs[1 * 2 + 1] is b
     assert fed.count == 2
-    fed.sent(2, 3, 2.1, queue, store, None)
+    fed.sent(2, 3, 2.1, queue, store)
     assert b.told[-1] == (2, 2, 3) and fed.count == 0 and not fed.runs
 
 
@@ -93,7 +93,7 @@ def test_an_owners_failure_is_returned_and_the_rest_recorded():
     queue.offer([b"z"], good, 0)
     fed, store = FedFrames(), FrameStore()
     fed.feed(queue, FakeC())
-    octets, error = fed.sent(3, 10, 1.0, queue, store, None)
+    octets, error = fed.sent(3, 10, 1.0, queue, store)
     assert isinstance(error, RuntimeError) and octets == 3
     assert good.told == [(0, 1, 12)] and store._refs[12 * 2] == b"z"
 
@@ -105,7 +105,7 @@ def test_take_back_queues_what_was_not_sent_in_order_at_the_front():
     queue.offer([b"b%d" % k for k in range(FED_SLOTS + 6)], b, 0)
     fed = FedFrames()
     fed.feed(queue, FakeC())
-    fed.sent(2, 0, 1.0, queue, FrameStore(), None)  # a0, a1 sent
+    fed.sent(2, 0, 1.0, queue, FrameStore())  # a0, a1 sent
     assert fed.take_back(queue) == FED_SLOTS - 2 and fed.count == 0
     expected = [(b"a%d" % k, a, k) for k in range(2, 4)] + [
         (b"b%d" % k, b, k) for k in range(FED_SLOTS + 6)]
@@ -135,9 +135,9 @@ def test_frames_fed_ahead_count_against_the_queues_bound():
     assert queue.offer([b"y"], a, size) == 0  # full: queued + ahead
     woken: list[int] = []
     queue.when_space(lambda: woken.append(1))
-    fed.sent(5, 0, 1.0, queue, FrameStore(), None)
+    fed.sent(5, 0, 1.0, queue, FrameStore())
     assert not woken  # 4 queued + FED_SLOTS - 5 ahead: above low water
-    fed.sent(FED_SLOTS - 1 - size // 2, 5, 1.1, queue, FrameStore(), None)
+    fed.sent(FED_SLOTS - 1 - size // 2, 5, 1.1, queue, FrameStore())
     assert woken == [1]  # queued + ahead = low water: the producer's turn
     back = size // 2 - 4  # fed, not sent
     assert fed.take_back(queue) == back and queue.ahead == 0 and len(queue) == size // 2
@@ -156,7 +156,7 @@ def test_feeding_wakes_no_producer_sending_does():
     fed = FedFrames()
     assert fed.feed(queue, FakeC())
     assert queue.ahead == FED_SLOTS and len(queue) == 4 and not woken
-    fed.sent(2, 0, 1.0, queue, FrameStore(), None)
+    fed.sent(2, 0, 1.0, queue, FrameStore())
     assert woken == [1]
 
 
