@@ -744,9 +744,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("note: no taskset here: processes are not pinned to cores", file=sys.stderr)
     global NICE
     NICE = args.nice
-    data = asyncio.run(main_async(args))
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out.parent.mkdir(parents=True, exist_ok=True)  # (each rung keeps its server's log there)
+    data = asyncio.run(main_async(args))
     png = Path(args.plot) if args.plot else out.with_suffix(".png")
     data["matplotlib"] = plot(data["results"], png, data["settings"]["speech"])
     data["plot"] = str(png) if data["matplotlib"] else None
