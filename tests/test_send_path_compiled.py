@@ -72,6 +72,19 @@ def compiled_batch() -> tuple[sendpath.CompiledBatch, socket.socket, socket.sock
     return batch, out, sink
 
 
+def parked_stream(batch: sendpath.CompiledBatch, header: RtpHeaderTemplate, store: FrameStore,
+                  srtp: pylibsrtp.Session, sink: socket.socket, seq: int, handle: int,
+                  origin: float = 0.0, ts_origin: int = 0) -> object:
+    """A stream of ``header`` protected on ``srtp`` to ``sink``, parked in ``batch`` from slot
+    0 at ``origin`` (20 ms slots, the 2.5 ms grid) with ``store``'s ring and silence."""
+    stream = batch.new_stream(header.raw, header.ast_at,
+                              aiortc_compat.srtp_session_address(srtp),
+                              sendmmsg.sockaddr_bytes(sink.getsockname()))
+    assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025), 0, seq, ts_origin,
+                      header.second_byte, store.ring, store.silence, handle=handle)
+    return stream
+
+
 def packets(first_seq: int, count: int) -> list[tuple[int, int, int, int, bytes]]:
     """(variant, seq, timestamp, abs-send-time, payload): across the 65535 -> 0 wrap, the
     marker and RED variants mixed in, payload sizes varying."""
@@ -211,11 +224,7 @@ def test_fed_frames_go_in_order_and_the_stream_is_asked_for_when_they_run_low():
     store.header, store.silence = header, b"\xf8\xff\xfe"
     srtp = session()  # (alive while C protects with it)
     try:
-        stream = batch.new_stream(header.raw, header.ast_at,
-                                  aiortc_compat.srtp_session_address(srtp),
-                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
-        assert batch.park(stream, (0.0, 0.02, 0.1, 0.0, 0.0025), 0, 100, 0,
-                          header.second_byte, store.ring, store.silence, handle=7)
+        stream = parked_stream(batch, header, store, srtp, sink, 100, 7)
         frames = [bytes([k]) * (10 + k) for k in range(sendpath.FED_SLOTS + 4)]
         taken, buf = batch.feed_run(stream, frames, 0, True)
         assert taken == sendpath.FED_SLOTS  # the rest wait in the sender's queue
@@ -426,12 +435,9 @@ def test_red_sent_from_c_is_what_wrap_makes_and_what_a_nack_gets_back():
     batch, out, sink = compiled_batch()
     reference = RedSender(63, 111, distance=2, max_distance=3, hold_s=0.09)
     try:
-        stream = batch.new_stream(header.raw, header.ast_at,
-                                  aiortc_compat.srtp_session_address(compiled_session),
-                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
         origin, ts_origin, seq, ast = 1000.0, 0xFFFFF000, 65530, 0x123456
-        assert batch.park(stream, (origin, 0.02, 0.1, 0.0, 0.0025), 0, seq, ts_origin,
-                          header.second_byte, store.ring, store.silence, handle=1)
+        stream = parked_stream(batch, header, store, compiled_session, sink, seq, 1, origin,
+                               ts_origin)
         state = reference.state()
         assert not batch.red_set(stream, red_header.second_byte, 111, state, origin)
         frames = {2: b"a" * 30, 3: b"b" * 40, 5: b"c" * 50, 6: bytes(1100), 7: b"d" * 60,
@@ -492,11 +498,7 @@ def test_a_red_packet_c_makes_fits_its_datagram_leaving_the_oldest_copies_out():
     batch, out, sink = compiled_batch()
     reference = RedSender(63, 111, distance=2, hold_s=10.0)
     try:
-        stream = batch.new_stream(header.raw, header.ast_at,
-                                  aiortc_compat.srtp_session_address(compiled_session),
-                                  sendmmsg.sockaddr_bytes(sink.getsockname()))
-        assert batch.park(stream, (0.0, 0.02, 0.1, 0.0, 0.0025), 0, 10, 0,
-                          header.second_byte, store.ring, store.silence, handle=1)
+        stream = parked_stream(batch, header, store, compiled_session, sink, 10, 1)
         reference.loss_reported(0.0)
         assert batch.red_set(stream, red_header.second_byte, 111, reference.state(), 0.0)
         assert batch.red_fill(stream, 2, [])
