@@ -270,8 +270,8 @@ class GatewayConfig:
     )
     send_in_c: bool = opt(
         _S("send_in_c"),
-        "let the compiled send path send a plain stream (no DTX, RED inactive) from C, slot by "
-        "slot, its frames fed one ahead (off: every slot from Python's tick, to compare)",
+        "let the compiled send path send a stream (no DTX) from C, slot by slot, RED "
+        "included, its frames fed ahead (off: every slot from Python's tick, to compare)",
         group=MEDIA,
     )
     rtcp_report_interval_s: float = opt(
