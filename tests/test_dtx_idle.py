@@ -1,4 +1,5 @@
-"""--idle-packets dtx and --early-first-frame (batch send path), end to end on loopback.
+"""--idle-packets dtx and --early-first-frame (batch send path), end to end on loopback; the
+idle stream sent from C (``gw_dtx_set``), taken back for the early first frame.
 
 Between utterances an idle stream sends Opus DTX: 10 silent frames after speech (libopus's own
 200 ms hangover: the decoder goes quiet), then a 1-byte packet (the silent frame's TOC, no
@@ -70,6 +71,8 @@ async def test_idle_dtx_then_a_talkspurt_sent_at_once(dtx_gateway):
         for a, b in itertools.pairwise(idle):
             assert b.timestamp - a.timestamp == DTX_EVERY * FRAME_TICKS, (a, b)
             assert 0.3 < b.arrival - a.arrival < 0.6, (a, b)
+        stream = next(iter(dtx_gateway.registry)).webrtc.transmitter
+        assert stream.in_c and stream.handovers >= 1  # C sends the idle stream's DTX
 
         result = await client.say("a tone", voice="tone")
         state = await client.wait_utterance(result.utterance["id"])

@@ -409,11 +409,16 @@ def test_a_stream_run_from_c_sends_what_the_tick_would_byte_for_byte(where, monk
         sink.close()
 
 
+def _extensions() -> HeaderExtensionsMap:
+    extensions = HeaderExtensionsMap()
+    extensions.configure(_params())
+    return extensions
+
+
 def _red_setup() -> tuple[RtpHeaderTemplate, RtpHeaderTemplate, FrameStore]:
     """A stream's plain and RED headers (marker set: no DTX) and its store, as the leg sets
     them up for a RED-capable peer (Opus 111, RED 63)."""
-    extensions = HeaderExtensionsMap()
-    extensions.configure(_params())
+    extensions = _extensions()
     header = RtpHeaderTemplate.from_aiortc(111, SSRC, extensions, "0")
     red_header = RtpHeaderTemplate.from_aiortc(63, SSRC, extensions, "0")
     store = FrameStore()
@@ -518,6 +523,60 @@ def test_a_red_packet_c_makes_fits_its_datagram_leaving_the_oldest_copies_out():
             kept = store.lookup(10 + k)
             assert kept is not None and kept.packet == plain
         assert batch.unpark(stream) is not None
+    finally:
+        out.close()
+        sink.close()
+
+
+def test_dtx_sent_from_c_is_what_the_tick_would_send():
+    """DTX in ``gw_run_parked``: an idle slot carries the silence for the hangover's slots
+    after speech, then the DTX payload once every ``every`` slots and nothing between (no
+    sequence number used, the slot still released); the first speech after idle slots has
+    the marker bit; each packet is the bytes the tick would send and the store gives it back
+    for a NACK (C's DTX packets as ``PARKED_DTX``); the idle count and the empty last slot
+    are handed back."""
+    header, _, store = _red_setup()
+    quiet = RtpHeaderTemplate.from_aiortc(111, SSRC, _extensions(), "0", marker=0)
+    store.header, store.dtx = quiet, b"\xf8"
+    compiled_session, receiver = session(), session(pylibsrtp.Policy.SSRC_ANY_INBOUND)
+    batch, out, sink = compiled_batch()
+    try:
+        stream = parked_stream(batch, quiet, store, compiled_session, sink, 500, 1)
+        assert batch.dtx_set(stream, 3, False, header.second_byte, 4, 5, b"\xf8")
+        frames = {12: b"speech-1", 13: b"speech-2", 30: b"speech-3"}
+        seq, idle, sent = 500, 3, 0
+        for k in range(40):
+            frame = frames.get(k)
+            if frame is not None:
+                assert batch.feed_run(stream, [frame], k, False)[0] == 1
+            assert batch.run_parked(k * 0.02, 0, 0, 0.0005, 5)[0] <= 1
+            if frame is not None:
+                payload, marker, idle = frame, idle > 0, 0
+            elif idle < 4:
+                payload, marker, idle = store.silence, False, idle + 1
+            elif (idle - 4) % 5:
+                idle += 1
+                assert batch.staged() == [] and batch.dtx_state(stream) == (idle, True)
+                continue
+            else:
+                payload, marker, idle = b"\xf8", False, idle + 1
+            (datagram,) = batch.staged()
+            batch.discard()
+            ts = k * 960
+            expected = (header if marker else quiet).build(seq, ts, bytes(3), payload)
+            assert receiver.unprotect(datagram) == expected
+            if frame is not None:
+                store.record_run(*batch.take_sent(stream)[1:], [frame], None)
+            kept = store.lookup(seq)
+            assert kept is not None and kept.payload == payload
+            assert kept.packet == quiet.build(seq, ts, bytes(3), payload)  # (marker: as the
+            # tick's store keeps it, the stream's base header)
+            assert batch.dtx_state(stream) == (idle, False)
+            seq, sent = (seq + 1) & 0xFFFF, sent + 1
+        state = batch.unpark(stream)
+        assert state is not None
+        _, _, (slot, next_seq, released, _, _, silent, _, _) = state
+        assert (slot, next_seq, released) == (40, seq, 40) and silent == sent - 3
     finally:
         out.close()
         sink.close()

@@ -335,6 +335,14 @@ def compiled_rtp_sender(
     def red_take(parked: Any) -> tuple[int, int, int, int]:
         return parked[0].red_take(stream)
 
+    def dtx_set(parked: Any, idle: int, last_empty: bool, marker_b1: int, hangover: int,
+                every: int, payload: bytes) -> bool:
+        return bool(parked[0].dtx_set(stream, idle, last_empty, marker_b1, hangover, every,
+                                      payload))
+
+    def dtx_state(parked: Any) -> tuple[int, bool]:
+        return parked[0].dtx_state(stream)
+
     send.keep = (stream, session)  # type: ignore[attr-defined]  # alive as long as ``send``
     send.sync = sync  # type: ignore[attr-defined]
     send.park = park  # type: ignore[attr-defined]
@@ -344,5 +352,7 @@ def compiled_rtp_sender(
     send.red_set = red_set  # type: ignore[attr-defined]
     send.red_fill = red_fill  # type: ignore[attr-defined]
     send.red_take = red_take  # type: ignore[attr-defined]
+    send.dtx_set = dtx_set  # type: ignore[attr-defined]
+    send.dtx_state = dtx_state  # type: ignore[attr-defined]
     send.still_valid = still_valid  # type: ignore[attr-defined]
     return send

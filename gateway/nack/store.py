@@ -47,6 +47,8 @@ EMPTY = 0xFFFFFFFF  # a ring slot that holds no packet (a packet's word is seq |
 PARKED_SILENCE = 0xFF
 # ... and with RED on there, ``SILENCE_PRIMARY | RED_REBUILT + k``: RED of ``silence``.
 SILENCE_PRIMARY = 0x100
+# ... and a DTX stream's DTX packet sent there: the payload is ``dtx``, no owner.
+PARKED_DTX = 0xFE
 NEWEST, RECORDED = RING * 4, RING * 4 + 1  # ``_meta``'s words after the ring
 
 
@@ -67,8 +69,8 @@ class StoredPacket:
 
 
 class FrameStore:
-    __slots__ = ("_clock", "_meta", "_refs", "before_read", "capacity", "header", "red_header",
-                 "red_opus_pt", "silence")
+    __slots__ = ("_clock", "_meta", "_refs", "before_read", "capacity", "dtx", "header",
+                 "red_header", "red_opus_pt", "silence")
 
     def __init__(
         self, capacity: int = DEFAULT_CAPACITY, clock: Callable[[], float] = time.monotonic
@@ -90,6 +92,7 @@ class FrameStore:
         self.red_header: RtpHeaderTemplate | None = None  # the RED payload type's, if any
         self.red_opus_pt = 0  # the RED blocks' payload type (Opus), for RED_REBUILT
         self.silence = b""  # the keep-alive silence packet (PARKED_SILENCE entries)
+        self.dtx = b""  # a DTX stream's DTX packet (PARKED_DTX entries)
         #: a stream sent from C records the speech frames C sent some packets later (their
         #: ring fields are C's at once, their refs not yet): while it does, a weak reference
         #: to it, whose ``record_from_c`` is called before the refs are read
@@ -174,12 +177,12 @@ class FrameStore:
             return None
         how = word >> 16
         timestamp = meta[i + 1]
-        if how == PARKED_SILENCE:
+        if how == PARKED_SILENCE or how == PARKED_DTX:
             if self.header is None:
                 return None
-            packet = self.header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"),
-                                       self.silence)
-            return StoredPacket(seq, timestamp, packet, self.silence, None, False)
+            payload = self.silence if how == PARKED_SILENCE else self.dtx
+            packet = self.header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"), payload)
+            return StoredPacket(seq, timestamp, packet, payload, None, False)
         silent = how & SILENCE_PRIMARY
         how &= 0xFF
         header = self.red_header if how else self.header
@@ -202,6 +205,8 @@ class FrameStore:
         how = word >> 16
         if how == PARKED_SILENCE or how & SILENCE_PRIMARY:
             return self.silence
+        if how == PARKED_DTX:
+            return self.dtx
         payload = self._refs[i >> 1]
         assert isinstance(payload, bytes)
         return payload

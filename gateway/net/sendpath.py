@@ -78,6 +78,9 @@ int gw_red_set(gw_stream *s, int on, unsigned int red_b1, unsigned int pt, doubl
 int gw_red_fill(gw_stream *s, uintptr_t entries, int cap, const unsigned int *ts,
                 const unsigned char *data, const int *lens, int n);
 void gw_red_take(gw_stream *s, unsigned long long *out);
+int gw_dtx_set(gw_stream *s, long long idle, int last_empty, unsigned int marker_b1,
+               int hangover, int every, const unsigned char *payload, int len);
+void gw_dtx_state(gw_stream *s, long long *out);
 void gw_batch_close(gw_batch *b);
 int gw_flush(gw_batch *b);
 int gw_count(gw_batch *b);
@@ -108,6 +111,8 @@ _SOURCE = r"""
 #define GW_REPORT 0x40000000  /* (in a fed frame's len) report the stream when it is sent */
 #define GW_RING 256
 #define GW_PARKED_HOW 0xFFu  /* FrameStore's PARKED_SILENCE */
+#define GW_DTX_HOW 0xFEu  /* FrameStore's PARKED_DTX */
+#define GW_DTX_MAX 8  /* octets of a DTX packet's payload (a TOC octet) */
 #define GW_RED_REBUILT 2u  /* FrameStore's RED_REBUILT (+ k) */
 #define GW_RED_SILENCE 0x100u  /* FrameStore's SILENCE_PRIMARY (| RED_REBUILT + k) */
 #define GW_RED_MAX @RED_MAX@  /* previous frames a RED packet carries at most */
@@ -186,6 +191,13 @@ struct gw_stream {
     double red_until, red_raised_until;
     gw_red_entry *red_hist;
     unsigned long long r_plain, r_red, r_redundant, r_primary;  /* gw_red_take's */
+    /* DTX (gw_dtx_set; off at gw_park): an idle slot (no fed frame) carries the silence for
+       dtx_hangover slots, then the DTX payload once every dtx_every, else nothing; the first
+       speech after idle slots carries marker_b1 */
+    int dtx, dtx_hangover, dtx_every, dtx_len, last_empty;
+    long long idle;  /* slots since the last speech frame sent */
+    unsigned int marker_b1;
+    unsigned char dtx_payload[GW_DTX_MAX];
     gw_fed fed[GW_FED];
 };
 
@@ -323,6 +335,7 @@ int gw_park(gw_batch *b, gw_stream *s, const double *times, long long slot, unsi
     s->red_hist = NULL;
     s->red_cap = s->red_head = s->red_n = 0;
     s->r_plain = s->r_red = s->r_redundant = s->r_primary = 0;
+    s->dtx = 0;  /* (gw_dtx_set after the park) */
     b->due[b->n_parked] = s->origin + (double)s->slot * s->period;
     b->parked[b->n_parked++] = s;
     s->parked_at = b->n_parked;
@@ -484,6 +497,30 @@ void gw_red_take(gw_stream *s, unsigned long long *out) {
     s->r_plain = s->r_red = s->r_redundant = s->r_primary = 0;
 }
 
+/* DTX for a parked stream, as the batch path's idle slots send it (webrtc/batch_sender.py
+   _idle_slot): idle slots since the last speech, whether the last slot sent nothing, the
+   second octet of a talkspurt's first packet, the silent slots after speech, one DTX packet
+   every so many slots after them, its payload. Returns 0, -1 (out of range). */
+int gw_dtx_set(gw_stream *s, long long idle, int last_empty, unsigned int marker_b1,
+               int hangover, int every, const unsigned char *payload, int len) {
+    if (len < 1 || len > GW_DTX_MAX || hangover < 0 || every < 1 || idle < 0) return -1;
+    s->dtx = 1;
+    s->idle = idle;
+    s->last_empty = last_empty != 0;
+    s->marker_b1 = marker_b1 & 0xFF;
+    s->dtx_hangover = hangover;
+    s->dtx_every = every;
+    memcpy(s->dtx_payload, payload, (size_t)len);
+    s->dtx_len = len;
+    return 0;
+}
+
+/* A DTX stream's idle slots since the last speech and whether its last slot sent nothing. */
+void gw_dtx_state(gw_stream *s, long long *out) {
+    out[0] = s->idle;
+    out[1] = s->last_empty;
+}
+
 /* A history entry a RED packet at ts carries (rtp/red.py encode's rule: not empty, not
    longer than a block, its offset within 14 bits and not 0). */
 static int gw_red_carried(const gw_red_entry *e, unsigned int ts) {
@@ -571,20 +608,35 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             const gw_fed *f = speech ? &s->fed[s->fed_head] : NULL;
             const unsigned char *primary = speech ? f->p : s->silence;
             int plen = speech ? (f->len & ~GW_REPORT) : s->silence_len;
-            const unsigned char *payload = primary;
-            int len = plen, k = -1;
             unsigned int b1 = s->b1, how = speech ? 0u : GW_PARKED_HOW;
+            if (s->dtx) {
+                if (speech) {
+                    if (s->idle) b1 = s->marker_b1;  /* a talkspurt starts */
+                } else if (s->idle >= s->dtx_hangover) {
+                    if ((s->idle - s->dtx_hangover) % s->dtx_every) {  /* nothing this slot */
+                        s->idle++;
+                        s->last_empty = 1;
+                        continue;
+                    }
+                    primary = s->dtx_payload;
+                    plen = s->dtx_len;
+                    how = GW_DTX_HOW;
+                }
+            }
+            const unsigned char *payload = primary;
+            int len = plen, red_k = -1;
             if (s->red && now < s->red_until && s->red_hist != NULL) {
                 /* RED (RedSender.wrap's): this primary after the previous k, fewer (the
                    oldest left out) where the datagram would not fit */
-                k = now < s->red_raised_until ? s->red_raised : s->red_distance;
-                if (k > s->red_n) k = s->red_n;
+                red_k = now < s->red_raised_until ? s->red_raised : s->red_distance;
+                if (red_k > s->red_n) red_k = s->red_n;
                 int room = GW_SLOT - b->trailer - s->header_len;
-                while (k > 0 && gw_red_encode(s, k, ts, primary, plen, NULL, room) < 0) k--;
-                len = gw_red_encode(s, k, ts, primary, plen, b->red_buf, -1);
+                while (red_k > 0 && gw_red_encode(s, red_k, ts, primary, plen, NULL, room) < 0)
+                    red_k--;
+                len = gw_red_encode(s, red_k, ts, primary, plen, b->red_buf, -1);
                 payload = b->red_buf;
                 b1 = s->red_b1;
-                how = (speech ? 0u : GW_RED_SILENCE) | (GW_RED_REBUILT + (unsigned)k);
+                how = (speech ? 0u : GW_RED_SILENCE) | (GW_RED_REBUILT + (unsigned)red_k);
             }
             int n = gw_stage(b, s, b1, seq, ts, ast, ntp, payload, len);
             if (n == -2) {
@@ -595,7 +647,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             staged++;
             if (s->red) {
                 s->r_primary += (unsigned long long)plen;
-                if (k < 0) {
+                if (red_k < 0) {
                     s->r_plain++;
                 } else {
                     s->r_red++;
@@ -603,6 +655,8 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
                     gw_red_push(s, ts, primary, plen);
                 }
             }
+            s->last_empty = 0;
+            if (s->dtx) s->idle = speech ? 0 : s->idle + 1;
             unsigned int *m = s->meta + (size_t)(seq & (GW_RING - 1)) * 4;
             m[0] = seq | (how << 16); m[1] = ts;
             m[2] = ast & 0xFFFFFF; m[3] = speech ? f->index : 0;
@@ -620,7 +674,7 @@ int gw_run_parked(gw_batch *b, double now, unsigned long long ntp, unsigned int 
             }
             s->p_quiet++;
             s->p_frames++;
-            s->p_bytes += (unsigned long long)s->silence_len;
+            s->p_bytes += (unsigned long long)plen;
         }
         s->origin = origin;
         s->slot = slot;
@@ -939,6 +993,22 @@ class CompiledBatch:
         out = self._ffi.new("unsigned long long[4]")
         self._lib.gw_red_take(stream, out)
         return int(out[0]), int(out[1]), int(out[2]), int(out[3])
+
+    def dtx_set(self, stream: Any, idle: int, last_empty: bool, marker_b1: int,
+                hangover: int, every: int, payload: bytes) -> bool:
+        """DTX for a parked stream (``gw_dtx_set``): its idle slots so far, whether the last
+        sent nothing, a talkspurt's first packet's second octet, the silent slots after
+        speech, a DTX packet (``payload``, up to 8 octets) every ``every`` slots after them.
+        False: out of range, nothing set."""
+        return not self._lib.gw_dtx_set(stream, idle, last_empty, marker_b1, hangover, every,
+                                         payload, len(payload))
+
+    def dtx_state(self, stream: Any) -> tuple[int, bool]:
+        """A DTX stream's idle slots since its last speech and whether its last slot sent
+        nothing."""
+        out = self._ffi.new("long long[2]")
+        self._lib.gw_dtx_state(stream, out)
+        return int(out[0]), bool(out[1])
 
     @property
     def parked(self) -> int:

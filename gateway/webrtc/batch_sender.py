@@ -198,6 +198,7 @@ class BatchStream:
             )
         self.store.header = self._header  # NACKed packets are rebuilt from it
         self.store.silence = self.silence  # ... and the silence C sends
+        self.store.dtx = self._dtx_payload  # ... and its DTX packets
         self._red_header = None
         if self.sink.red is not None:
             self._red_header = self.store.red_header = RtpHeaderTemplate.from_aiortc(
@@ -358,9 +359,14 @@ class BatchStream:
         back (``_from_c``) for a reader of its counters (``settle``), another pair nominated
         (``aiortc_compat.NominatedPairs``), a transport or socket closed (checked every
         second: ``in_c.HeldInC.check_some``), and ``stop``; its sender reports leave it in C.
-        Only a compiled stream without DTX or test loss. True: the tick chain stops here."""
-        compiled, pacer = self._compiled, self.pacer
-        if compiled is None or self.dtx or self.sink.drop_first_tx is not None:
+        DTX is C's too (``gw_dtx_set``: its idle slots as ``_idle_slot`` sends them), but not
+        with RED on (a DTX stream's RED stays the tick's), and a frame waking an idle DTX
+        stream early (``_on_wake``) takes it back. Only a compiled stream without test loss.
+        True: the tick chain stops here."""
+        compiled, pacer, red = self._compiled, self.pacer, self.sink.red
+        if compiled is None or self.sink.drop_first_tx is not None:
+            return False
+        if self.dtx and red is not None and red.active(pacer.clock()):
             return False
         ticker = self.ticker
         origin, slot = pacer.handover()
@@ -371,6 +377,13 @@ class BatchStream:
             self.store.ring, self.silence, handle, ref(self),
         )
         if in_c is None:
+            return False
+        if self.dtx and not compiled.dtx_set(  # type: ignore[attr-defined]
+            in_c, self._idle_slots, self._last_slot_empty,
+            (self._marker_header or self._header).second_byte, DTX_HANGOVER, DTX_EVERY,
+            self._dtx_payload,
+        ):
+            compiled.unpark(in_c)  # type: ignore[attr-defined]
             return False
         self._in_c, self._handle = in_c, handle
         if self._fed is None:
@@ -389,6 +402,10 @@ class BatchStream:
         """RED's state moved (reported loss: ``Retransmitter.on_red_changed``): a stream C
         sends gets it there."""
         if self._in_c is not None:
+            red = self.sink.red
+            if self.dtx and red is not None and red.active(self.pacer.clock()):
+                self.back_to_tick()  # (a DTX stream's RED: the tick's)
+                return
             try:
                 self._red_to_c()
             except Exception as exc:  # (back to the tick, whose packets go through ``wrap``)
@@ -512,7 +529,11 @@ class BatchStream:
         stats.frames_sent += frames
         stats.silence_frames += frames
         stats.bytes_sent += octets
-        self._idle_slots += quiet
+        if self.dtx:  # (its idle slots include those that sent nothing)
+            idle, empty = compiled.dtx_state(in_c)  # type: ignore[attr-defined]
+            self._idle_slots, self._last_slot_empty = idle, empty
+        else:
+            self._idle_slots += quiet
 
     def settle(self) -> None:
         """Bring the counters up to date now (whoever reads them: a session's state, the
@@ -538,9 +559,13 @@ class BatchStream:
         C sends (``_to_c``) is fed the frame for its next slot."""
         if not self._running:
             return
-        if self._in_c is not None:
-            self._feed()
-            return
+        in_c = self._in_c
+        if in_c is not None:
+            if not (self.dtx and self.early_first_frame
+                    and all(self._compiled.dtx_state(in_c))):  # type: ignore[union-attr]
+                self._feed()
+                return
+            self.back_to_tick()  # an idle DTX stream between packets: the frame goes early
         if not self.early_first_frame:
             return
         if not self._idle_slots or not self._last_slot_empty:
