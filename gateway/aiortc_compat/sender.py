@@ -326,7 +326,7 @@ def compiled_rtp_sender(
         return parked[0].take_sent(stream)
 
     def red_set(parked: Any, red_b1: int, payload_type: int,
-                state: tuple[float, int, int, float] | None, now: float) -> bool:
+                state: tuple[float, int, int, float], now: float) -> bool:
         return bool(parked[0].red_set(stream, red_b1, payload_type, state, now))
 
     def red_fill(parked: Any, capacity: int, history: list[tuple[int, bytes]]) -> bool:

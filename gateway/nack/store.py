@@ -177,10 +177,10 @@ class FrameStore:
             return None
         how = word >> 16
         timestamp = meta[i + 1]
+        primary = payload = self._primary(i, word)
         if how == PARKED_SILENCE or how == PARKED_DTX:
             if self.header is None:
                 return None
-            payload = self.silence if how == PARKED_SILENCE else self.dtx
             packet = self.header.build(seq, timestamp, meta[i + 2].to_bytes(3, "big"), payload)
             return StoredPacket(seq, timestamp, packet, payload, None, False)
         silent = how & SILENCE_PRIMARY
@@ -188,8 +188,6 @@ class FrameStore:
         header = self.red_header if how else self.header
         if header is None:
             return None
-        primary = payload = self.silence if silent else self._refs[i >> 1]
-        assert isinstance(primary, bytes)
         if how >= RED_REBUILT:
             rebuilt = self._red_payload(seq, timestamp, primary, how - RED_REBUILT)
             if rebuilt is None:

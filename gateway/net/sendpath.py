@@ -73,7 +73,7 @@ int gw_feed_list(gw_stream *s, uintptr_t list, unsigned int first_index, int rep
 long long gw_take_sent(gw_stream *s);
 int gw_unfeed(gw_stream *s);
 unsigned int *gw_consumed(gw_batch *b);
-int gw_red_set(gw_stream *s, int on, unsigned int red_b1, unsigned int pt, double until,
+int gw_red_set(gw_stream *s, unsigned int red_b1, unsigned int pt, double until,
                int distance, int raised, double raised_until, double now);
 int gw_red_fill(gw_stream *s, uintptr_t entries, int cap, const unsigned int *ts,
                 const unsigned char *data, const int *lens, int n);
@@ -441,21 +441,21 @@ int gw_unfeed(gw_stream *s) {
 unsigned int *gw_consumed(gw_batch *b) { return b->consumed; }
 
 /* RED's state for a parked stream, as RedSender's (webrtc/red_sender.py): on while now <
-   until (on: 0, the stream has no RED), carrying distance previous packets, or raised while
-   now < raised_until; red_b1: a RED packet's second octet (marker | RED's payload type), pt:
-   its blocks' (Opus). Returns 1 when C's history is to be filled (gw_red_fill) -- RED was not
-   on here at now and is -- else 0: while it is on, C keeps its history itself. */
-int gw_red_set(gw_stream *s, int on, unsigned int red_b1, unsigned int pt, double until,
+   until, carrying distance previous packets, or raised while now < raised_until; red_b1: a
+   RED packet's second octet (marker | RED's payload type), pt: its blocks' (Opus). Returns 1
+   when C's history is to be filled (gw_red_fill) -- RED was not on here at now and is --
+   else 0: while it is on, C keeps its history itself. */
+int gw_red_set(gw_stream *s, unsigned int red_b1, unsigned int pt, double until,
                int distance, int raised, double raised_until, double now) {
     int was = s->red && s->red_hist != NULL && now < s->red_until;
-    s->red = on != 0;
+    s->red = 1;
     s->red_b1 = red_b1 & 0xFF;
     s->red_pt = pt & 0x7F;
     s->red_until = until;
     s->red_distance = distance < 0 ? 0 : distance > GW_RED_MAX ? GW_RED_MAX : distance;
     s->red_raised = raised < 0 ? 0 : raised > GW_RED_MAX ? GW_RED_MAX : raised;
     s->red_raised_until = raised_until;
-    return s->red && !was && now < until;
+    return !was && now < until;
 }
 
 static void gw_red_push(gw_stream *s, unsigned int ts, const unsigned char *p, int len) {
@@ -959,15 +959,13 @@ class CompiledBatch:
         return int(self._lib.gw_unfeed(stream))
 
     def red_set(self, stream: Any, red_b1: int, payload_type: int,
-                state: tuple[float, int, int, float] | None, now: float) -> bool:
-        """RED for a parked stream (``gw_red_set``): ``state`` -- ``RedSender.state()``, None
-        for none --, ``red_b1`` a RED packet's second octet, ``payload_type`` its blocks'.
-        True: RED turned on in C at ``now``, whose history is to be given (``red_fill``)."""
-        if state is None:
-            return bool(self._lib.gw_red_set(stream, 0, 0, 0, 0.0, 0, 0, 0.0, now))
+                state: tuple[float, int, int, float], now: float) -> bool:
+        """RED for a parked stream (``gw_red_set``): ``state`` -- ``RedSender.state()`` --,
+        ``red_b1`` a RED packet's second octet, ``payload_type`` its blocks'. True: RED turned
+        on in C at ``now``, whose history is to be given (``red_fill``)."""
         until, distance, raised, raised_until = state
-        return bool(self._lib.gw_red_set(stream, 1, red_b1, payload_type, until, distance,
-                                         raised, raised_until, now))
+        return bool(self._lib.gw_red_set(stream, red_b1, payload_type, until, distance, raised,
+                                         raised_until, now))
 
     def red_fill(self, stream: Any, capacity: int, history: list[tuple[int, bytes]]) -> bool:
         """A parked stream's RED history (``gw_red_fill``): the packets sent before its next,

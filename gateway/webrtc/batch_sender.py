@@ -363,10 +363,8 @@ class BatchStream:
         with RED on (a DTX stream's RED stays the tick's), and a frame waking an idle DTX
         stream early (``_on_wake``) takes it back. Only a compiled stream without test loss.
         True: the tick chain stops here."""
-        compiled, pacer, red = self._compiled, self.pacer, self.sink.red
-        if compiled is None or self.sink.drop_first_tx is not None:
-            return False
-        if self.dtx and red is not None and red.active(pacer.clock()):
+        compiled, pacer = self._compiled, self.pacer
+        if compiled is None or self.sink.drop_first_tx is not None or self._dtx_red_on():
             return False
         ticker = self.ticker
         origin, slot = pacer.handover()
@@ -402,15 +400,19 @@ class BatchStream:
         """RED's state moved (reported loss: ``Retransmitter.on_red_changed``): a stream C
         sends gets it there."""
         if self._in_c is not None:
-            red = self.sink.red
-            if self.dtx and red is not None and red.active(self.pacer.clock()):
-                self.back_to_tick()  # (a DTX stream's RED: the tick's)
+            if self._dtx_red_on():
+                self.back_to_tick()
                 return
             try:
                 self._red_to_c()
             except Exception as exc:  # (back to the tick, whose packets go through ``wrap``)
                 self.failed(exc)
                 self.back_to_tick()
+
+    def _dtx_red_on(self) -> bool:
+        """A DTX stream whose RED is on: the tick's (C makes no RED of its idle packets)."""
+        red = self.sink.red
+        return self.dtx and red is not None and red.active(self.pacer.clock())
 
     def _red_to_c(self) -> None:
         """RED's state to C (``CompiledBatch.red_set``); where that turns it on there, the
