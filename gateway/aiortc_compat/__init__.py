@@ -86,7 +86,9 @@ Touched:
   ``__remote_streams`` / ``__active_ssrc`` / ``__nack_generator`` /
   ``__remote_bitrate_estimator``, ``aiortc.rtcrtpreceiver.StreamStatistics``:
   ``receive_rtp_directly`` (rx_fast.py) takes a connected talker's SRTP RTP from the shared
-  socket's read loop and does what aiortc's receive task would have done with it.
+  socket's read loop and does what aiortc's receive task would have done with it;
+  ``receive_rtcp_directly`` (rtcp_fast.py) does the same for a connected session's SRTCP
+  (``unprotect_rtcp``, ``_handle_rtcp_data`` run from the read loop).
 """
 
 from __future__ import annotations
@@ -125,6 +127,12 @@ from gateway.aiortc_compat.reports import (  # noqa: F401
     park_sender_reports,
     sender_report,
     unpark_sender_reports,
+)
+from gateway.aiortc_compat.rtcp_fast import (  # noqa: F401
+    FastRtcpStats,
+    _rtcp_fast_problems,
+    fast_rtcp_refusal,
+    receive_rtcp_directly,
 )
 from gateway.aiortc_compat.rtp_taps import *  # noqa: F403
 from gateway.aiortc_compat.rtp_taps import _receiver_rtcp_problems
@@ -173,6 +181,7 @@ def check_internals() -> list[str]:
     problems.extend(_consent_answer_problems())
     problems.extend(_check_pacing_problems())
     problems.extend(_rx_fast_problems())
+    problems.extend(_rtcp_fast_problems())
     problems.extend(_nominated_problems())
     problems.extend(_srtp_sender_problems())
     if not hasattr(pylibsrtp, "_binding") or not hasattr(pylibsrtp, "SRTP_MAX_TRAILER_LEN"):

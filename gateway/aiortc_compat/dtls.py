@@ -37,6 +37,12 @@ def srtp_unprotector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
     return _srtp_call(session, "srtp_unprotect", 0) or session.unprotect
 
 
+def srtcp_unprotector(session: pylibsrtp.Session) -> Callable[[bytes], bytes]:
+    """``session.unprotect_rtcp`` as ``srtp_unprotector`` does RTP (libsrtp's
+    ``srtp_unprotect_rtcp``; the SRTCP fast path, rtcp_fast.py)."""
+    return _srtp_call(session, "srtp_unprotect_rtcp", 0) or session.unprotect_rtcp
+
+
 def _srtp_call(session: pylibsrtp.Session, name: str, room: int
                ) -> Callable[[bytes], bytes] | None:
     """libsrtp's ``name`` (``srtp_protect`` / ``srtp_unprotect``) on the session's own buffer,

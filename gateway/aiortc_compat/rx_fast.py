@@ -22,10 +22,11 @@ consumes (``tap_rtp`` with ``bypass_decoder``: the gateway's uplink), the mux's
   (checked at install), and the jitter buffer is ``_DiscardJitterBuffer``;
 - the transport's received counters (``getStats``).
 
-Everything else -- STUN, DTLS, SRTCP (aiortc's RTCP handling and our NACK responder's
-interception), a datagram while aioice's queue still holds earlier ones (order: a packet never
-overtakes one queued before the fast path was installed), a transport not connected -- keeps
-aiortc's path. Private names used here are checked by ``_rx_fast_problems`` (check_internals).
+SRTCP goes to the session's SRTCP fast path when it has one (rtcp_fast.py, installed first),
+else aiortc's way. Everything else -- STUN, DTLS, a datagram while aioice's queue still holds
+earlier ones (order: a packet never overtakes one queued before the fast path was installed), a
+transport not connected -- keeps aiortc's path. Private names used here are checked by
+``_rx_fast_problems`` (check_internals).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from aiortc.rtp import RtpPacket
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection, _missing_names
 from gateway.aiortc_compat.dtls import srtp_unprotector
+from gateway.aiortc_compat.rtcp_fast import FAST_RTCP
 from gateway.aiortc_compat.rtp_taps import _RECEIVER_JITTER_BUFFER, RTP_TAP, _DiscardJitterBuffer
 
 _CONNECTED = aiortc.rtcdtlstransport.State.CONNECTED
@@ -232,27 +234,32 @@ def receive_rtp_directly(receiver: RTCRtpReceiver) -> FastReceiveStats | None:
     if fast_receive_refusal(receiver) is not None:
         return None
     transport = receiver.transport
-    endpoints = vars(_ice_connection(transport))[_MUX_ENDPOINTS]
+    connection_vars = vars(_ice_connection(transport))
+    endpoints = connection_vars[_MUX_ENDPOINTS]
     stats = FastReceiveStats()
-    callback = _fast_receive(transport, receiver, stats)
+    callback = _fast_receive(transport, receiver, stats, connection_vars.get(FAST_RTCP))
     for endpoint in endpoints:
         endpoint.fast_receive = callback
     return stats
 
 
 def stop_receiving_directly(transport: RTCDtlsTransport) -> None:
-    """Remove the fast path from every shared-socket endpoint of ``transport``'s ICE agent."""
+    """Remove the RTP fast path from every shared-socket endpoint of ``transport``'s ICE agent
+    (its SRTCP fast path, if any, stays)."""
     connection = getattr(transport.transport, "_connection", None)
-    for endpoint in vars(connection).get(_MUX_ENDPOINTS, ()) if connection is not None else ():
-        endpoint.fast_receive = None
+    connection_vars = vars(connection) if connection is not None else {}
+    for endpoint in connection_vars.get(_MUX_ENDPOINTS, ()):
+        endpoint.fast_receive = connection_vars.get(FAST_RTCP)
 
 
 def _fast_receive(
-    transport: RTCDtlsTransport, receiver: RTCRtpReceiver, stats: FastReceiveStats
+    transport: RTCDtlsTransport, receiver: RTCRtpReceiver, stats: FastReceiveStats,
+    rtcp: Callable[[bytes], bool] | None,
 ) -> Callable[[bytes], bool]:
-    """The endpoint's callback. It holds the transport and receiver weakly (the endpoint is
-    reachable from them: a strong reference would be a reference cycle per session), and
-    reads the tap per packet (it reaches the session: the same)."""
+    """The endpoint's callback (SRTCP handed to ``rtcp``, the session's SRTCP fast path). It
+    holds the transport and receiver weakly (the endpoint is reachable from them: a strong
+    reference would be a reference cycle per session), and reads the tap per packet (it
+    reaches the session: the same)."""
     transport_ref = weakref.ref(transport)
     receiver_ref = weakref.ref(receiver)
     session = transport._rx_srtp
@@ -267,9 +274,11 @@ def _fast_receive(
 
     def fast_receive(data: bytes) -> bool:
         first = data[0]
-        # SRTP/SRTCP only (128..191, aiortc's test), and not SRTCP (``is_rtcp``: 192..208)
-        if first < 128 or first > 191 or len(data) < 2 or 192 <= data[1] <= 208:
+        # SRTP/SRTCP only (128..191, aiortc's test); SRTCP (``is_rtcp``: 192..208) to ``rtcp``
+        if first < 128 or first > 191 or len(data) < 2:
             return False
+        if 192 <= data[1] <= 208:
+            return rtcp is not None and rtcp(data)
         dtls = transport_ref()
         rtp_receiver = receiver_ref()
         if dtls is None or rtp_receiver is None or dtls._state is not _CONNECTED:

@@ -14,6 +14,7 @@ from aiortc import (
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ORIGINAL_SEND_RTP
 from gateway.aiortc_compat.reports import unpark_sender_reports
+from gateway.aiortc_compat.rtcp_fast import FAST_RTCP
 from gateway.aiortc_compat.rtp_taps import RTP_TAP
 
 # --- teardown: a closed peer connection's reference cycles, cut (session/teardown.py) ----------
@@ -59,7 +60,8 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
       connection -> its DTLS transports;
     - the instance-level wrappers this module installed (``intercept_rtcp``,
       ``drop_first_transmissions``, ``tap_rtp``, ``impair_incoming``, the shared socket
-      endpoints' ``receive_rtp_directly`` callback): closures over our
+      endpoints' ``receive_rtp_directly`` callback, ``receive_rtcp_directly``'s, a handler of
+      its still waiting cancelled): closures over our
       objects that reach the transport again (RTCP handler -> Retransmitter -> sender ->
       transport; a client's datagram hook -> the client -> its peer connection);
     - aioice's ``Connection._check_list``: pair -> protocol -> ``receiver`` (the connection);
@@ -84,6 +86,9 @@ def release_peer_connection(pc: RTCPeerConnection) -> None:
                 vars(connection).pop("get_component_candidates", None)  # ``share_udp_socket``
                 for endpoint in vars(connection).pop(_MUX_ENDPOINTS, ()):
                     endpoint.fast_receive = None  # ``receive_rtp_directly``
+                fast_rtcp = vars(connection).pop(FAST_RTCP, None)  # ``receive_rtcp_directly``
+                if fast_rtcp is not None:
+                    fast_rtcp.close()
                 check_list = getattr(connection, "_check_list", None)
                 if isinstance(check_list, list):
                     check_list.clear()

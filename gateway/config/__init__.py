@@ -268,6 +268,12 @@ class GatewayConfig:
         "(no aiortc receive task per packet; off: aiortc's path, to compare)",
         group=MEDIA,
     )
+    rtcp_fast_path: bool = opt(
+        _S("rtcp_fast_path"),
+        "take a connected session's SRTCP (receiver reports, NACKs) straight from the shared "
+        "UDP socket's read loop (no aiortc receive task per datagram; off: aiortc's path)",
+        group=MEDIA,
+    )
     send_in_c: bool = opt(
         _S("send_in_c"),
         "let the compiled send path send a stream (no DTX) from C, slot by slot, RED "

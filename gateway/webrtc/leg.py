@@ -108,6 +108,9 @@ class WebRtcLeg:
         #: The uplink's receive fast path (None: aiortc's receive task; ``rx_fast_refusal``)
         self.rx_fast: aiortc_compat.FastReceiveStats | None = None
         self.rx_fast_refusal: str | None = None
+        #: The session's SRTCP fast path (None: aiortc's receive task; ``rtcp_fast_refusal``)
+        self.rtcp_fast: aiortc_compat.FastRtcpStats | None = None
+        self.rtcp_fast_refusal: str | None = None
         self.ice_generation = 0
         self._etag_nonce = secrets.token_hex(4)
 
@@ -228,8 +231,17 @@ class WebRtcLeg:
         )
 
     def _receive_directly(self) -> None:
-        """The uplink's SRTP straight from the shared socket's read loop (docs/density.md,
-        "The receive fast path"): no aiortc receive task, queue or coroutine per packet."""
+        """The session's SRTCP and the uplink's SRTP straight from the shared socket's read
+        loop (docs/density.md, "The receive fast path", "SRTCP from the read loop"): no aiortc
+        receive task, queue or coroutine wake-up per datagram."""
+        transport = self._transceiver.sender.transport
+        if not self.options.rtcp_fast_path:
+            self.rtcp_fast_refusal = "off (--no-rtcp-fast-path)"
+        else:  # (first: the RTP path hands SRTCP on to it)
+            self.rtcp_fast = aiortc_compat.receive_rtcp_directly(transport)
+            if self.rtcp_fast is None:
+                self.rtcp_fast_refusal = aiortc_compat.fast_rtcp_refusal(transport)
+                log.debug("SRTCP fast path not taken: %s", self.rtcp_fast_refusal)
         if self.uplink is None:
             return
         if not self.options.rx_fast_path:
@@ -354,6 +366,8 @@ class WebRtcLeg:
             "uplink": None if self.uplink is None else self.uplink.stats.as_dict(),
             "rx_fast": None if self.rx_fast is None else self.rx_fast.as_dict(),
             "rx_fast_refusal": self.rx_fast_refusal,
+            "rtcp_fast": None if self.rtcp_fast is None else self.rtcp_fast.as_dict(),
+            "rtcp_fast_refusal": self.rtcp_fast_refusal,
             "dtls_released": self.dtls_released,
             "connect_ms": (
                 None
