@@ -17,7 +17,8 @@ measures the base. ``RX_COST_PROFILE=1`` prints a cProfile of each window (slowe
 ``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to ``PREFIX.<mode>.<ns>``. Each window
 also says how often the shared ticker fired per datagram (``ticker_fires_per_datagram``) and,
 with ``RX_COST_COUNT_ITERATIONS=1``, the loop's iterations per datagram (a counting wrapper
-around its selector: a Python call more per iteration).
+around its selector: a Python call more per iteration). ``RX_COST_RTCP_FAST=0`` turns the
+session's SRTCP fast path off (``--no-rtcp-fast-path``; the RTP toggle above leaves it as set).
 """
 
 from __future__ import annotations
@@ -174,10 +175,13 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
 async def run() -> dict[str, Any]:
     if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) >= 2:
         os.sched_setaffinity(0, {0})  # the loop's thread (and threads started from it)
+    extra: dict[str, Any] = {}
+    if os.environ.get("RX_COST_RTCP_FAST") == "0":  # the SRTCP fast path off (rtcp_fast.py)
+        extra["rtcp_fast_path"] = False
     config = dataclasses.replace(
         GatewayConfig(host="127.0.0.1", port=0, ice_hosts=("127.0.0.1",)),
         duplex=True, reply_voice="tone", turn_detector="silence",
-        max_sessions=TALKERS + 4, connect_timeout_s=60.0)
+        max_sessions=TALKERS + 4, connect_timeout_s=60.0, **extra)
     app = create_app(config, voices())
     runner = web.AppRunner(app, handler_cancellation=True)
     await runner.setup()
