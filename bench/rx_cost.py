@@ -11,10 +11,13 @@ streaming, windows of ``RX_COST_WINDOW_S`` (10 s) alternate ABBA, ``RX_COST_PAIR
 fast path on, off, off, on, ... -- toggled on the same sessions (``receive_rtp_directly`` /
 ``stop_receiving_directly``), so both share the machine's state. Per window: the loop thread's
 CPU (``time.thread_time`` read on the loop), the datagrams the uplinks received, hence µs of
-loop CPU per received datagram and % of a core per talker. On a gateway without the fast path
-(main before issue 28's receive lever) every window is aiortc's: the same bench copied there
-measures the base. ``RX_COST_PROFILE=1`` prints a cProfile of each window (slower);
-``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to ``PREFIX.<mode>.<ns>``. Each window
+loop CPU per received datagram and % of a core per talker. Before the gateway starts and after
+its windows, the same loop measures the machine's floor, a bare wake-up per datagram at the same
+rate (bench/wake_floor.py), printed beside each figure (÷ the floor, µs above it). On a
+gateway without the fast path (main before issue 28's receive lever) every window is aiortc's:
+the same bench copied there measures the base. ``RX_COST_PROFILE=1`` prints a cProfile of each
+window (slower); ``RX_COST_PROFILE_OUT=PREFIX`` also writes its raw stats to
+``PREFIX.<mode>.<ns>``. Each window
 also says how often the shared ticker fired per datagram (``ticker_fires_per_datagram``) and,
 with ``RX_COST_COUNT_ITERATIONS=1``, the loop's iterations per datagram (a counting wrapper
 around its selector: a Python call more per iteration). ``RX_COST_RTCP_FAST=0`` turns the
@@ -37,6 +40,7 @@ from typing import Any
 
 from aiohttp import web
 
+from bench import wake_floor
 from bench.common import write_results
 from gateway import aiortc_compat
 from gateway.api.app import create_app
@@ -178,6 +182,9 @@ async def run() -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if os.environ.get("RX_COST_RTCP_FAST") == "0":  # the SRTCP fast path off (rtcp_fast.py)
         extra["rtcp_fast_path"] = False
+    floors = [await wake_floor.measure(TALKERS, WINDOW_S)]  # the machine's, before the gateway
+    print(f"floor   a bare wake-up per datagram (bench.wake_floor, {TALKERS} streams): "
+          f"{floors[0]['loop_us_per_datagram']} µs", flush=True)
     config = dataclasses.replace(
         GatewayConfig(host="127.0.0.1", port=0, ice_hosts=("127.0.0.1",)),
         duplex=True, reply_voice="tone", turn_detector="silence",
@@ -237,6 +244,10 @@ async def run() -> dict[str, Any]:
                 await proc.wait()
         await runner.cleanup()
         aiortc_compat.restrict_ice_hosts(None)
+    if windows:  # and after it, on the same loop (the machine drifts within a run)
+        floors.append(await wake_floor.measure(TALKERS, WINDOW_S))
+        print(f"floor   after the windows: {floors[1]['loop_us_per_datagram']} µs", flush=True)
+    floor_us = sum(f["loop_cpu_s"] for f in floors) * 1e6 / sum(f["datagrams"] for f in floors)
 
     def pooled(mode: str) -> dict[str, Any] | None:
         ws = [w for w in windows if w["mode"] == mode]
@@ -252,7 +263,14 @@ async def run() -> dict[str, Any]:
                 "median_us": statistics.median(w["loop_us_per_datagram"] for w in ws)}
 
     result = {"talkers": TALKERS, "window_s": WINDOW_S, "has_fast_path": HAS_FAST,
-              "windows": windows, "fast": pooled("fast"), "aiortc": pooled("aiortc")}
+              "windows": windows, "fast": pooled("fast"), "aiortc": pooled("aiortc"),
+              "floor": {"runs": floors, "loop_us_per_datagram": round(floor_us, 2)}}
+    for mode in ("fast", "aiortc"):
+        if (p := result[mode]) is not None:
+            p["above_floor_us"] = round(p["loop_us_per_datagram"] - floor_us, 2)
+            p["x_floor"] = round(p["loop_us_per_datagram"] / floor_us, 2)
+            print(f"{mode:<7} {p['loop_us_per_datagram']} µs/datagram = {p['x_floor']}x the "
+                  f"floor ({floor_us:.1f} µs), {p['above_floor_us']} µs above it")
     fast, base = result["fast"], result["aiortc"]
     if fast and base:
         saved = base["loop_us_per_datagram"] - fast["loop_us_per_datagram"]
