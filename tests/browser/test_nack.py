@@ -77,6 +77,7 @@ async def measure_with(start_gateway, page, overrides: dict) -> dict:
         "dtls_released": b_state.get("dtls_released"),
         "audio_level": b.get("audioLevel"),
         "red": b_state.get("red"),
+        "rtcp_fast": b_state.get("rtcp_fast"),
     }
 
 
@@ -99,6 +100,9 @@ async def test_nack_recovers_loss_that_is_concealed_without_it(start_gateway, br
     # ... with the gateway's OpenSSL DTLS state released after the handshake with Chromium
     # (retransmissions only need the SRTP session).
     assert with_nack["dtls_released"] is True, with_nack
+    # Chromium's RTCP (its NACKs, receiver reports) came by the SRTCP fast path (rtcp_fast.py)
+    rtcp = with_nack["rtcp_fast"]
+    assert rtcp is not None and rtcp["packets"] > 0 and rtcp["failed"] == 0, with_nack
 
     # NACK off: no requests (nackCount is not even reported), and the gaps are concealed
     assert without["nack_count"] is None, without
