@@ -123,6 +123,29 @@ async def test_a_replayed_srtcp_datagram_is_dropped(listening):
     assert stats.srtp_dropped == dropped + 1 and stats.packets == handled
 
 
+async def test_short_and_foreign_datagrams_go_aiortcs_way(listening):
+    """An empty or one-octet datagram from the peer's address, STUN, DTLS or RTP: not the
+    SRTCP path's (aiortc's path decides); the session lives on."""
+    _, client, session = await listening()
+    endpoint = endpoint_of(session)
+    fast = endpoint.fast_receive
+    assert isinstance(fast, rtcp_fast.FastRtcp)
+    for data in (b"", b"\x80", b"\x00\x01" + bytes(18), b"\x16\xfe\xfd" + bytes(10),
+                 bytes([0x80, 111]) + bytes(20)):
+        assert fast(data) is False, data
+    (source,) = endpoint.addresses
+    stats = endpoint.mux.stats
+    empty = stats.dropped_empty
+    # an empty datagram is dropped at the socket: aiortc's receive task would end on it
+    # (``data[0]``), and the session with it
+    endpoint.mux.datagram_received(b"", source)
+    endpoint.mux.datagram_received(b"\x80", source)
+    assert stats.dropped_empty == empty + 1
+    before = len(client.capture.packets)
+    await until(lambda: len(client.capture.packets) >= before + 10)  # the session goes on
+    assert session.webrtc._transceiver.sender.transport.state == "connected"
+
+
 async def test_a_waiting_handler_keeps_the_order_and_the_backlog_is_bounded(
         listening, monkeypatch):
     monkeypatch.setattr(rtcp_fast, "MAX_BACKLOG", 3)

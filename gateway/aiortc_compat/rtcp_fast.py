@@ -130,9 +130,8 @@ class FastRtcp:
         self._task: asyncio.Task[None] | None = None
 
     def __call__(self, data: bytes) -> bool:
-        first = data[0]
         # SRTCP only: aiortc's SRTP test (128..191) and its ``is_rtcp`` (192..208)
-        if first < 128 or first > 191 or len(data) < 2 or not 192 <= data[1] <= 208:
+        if len(data) < 2 or not 128 <= data[0] <= 191 or not 192 <= data[1] <= 208:
             return False
         dtls = self._transport()
         if dtls is None or dtls._state is not _CONNECTED or dtls._rx_srtp is not self._session:

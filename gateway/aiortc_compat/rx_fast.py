@@ -273,9 +273,11 @@ def _fast_receive(
     stamp: list[Any] = [0.0, None]  # [when, current_datetime() then]: for ``active``
 
     def fast_receive(data: bytes) -> bool:
-        first = data[0]
         # SRTP/SRTCP only (128..191, aiortc's test); SRTCP (``is_rtcp``: 192..208) to ``rtcp``
-        if first < 128 or first > 191 or len(data) < 2:
+        if len(data) < 2:
+            return False
+        first = data[0]
+        if first < 128 or first > 191:
             return False
         if 192 <= data[1] <= 208:
             return rtcp is not None and rtcp(data)

@@ -69,6 +69,7 @@ class MuxStats:
     dropped_unknown: int = 0  # both kinds below
     unknown_ufrag: int = 0  # STUN requests for no session's ufrag (a demux miss)
     unknown_source: int = 0  # anything else from an address no session has
+    dropped_empty: int = 0  # empty datagrams (aiortc's receive task ends on one: its session)
     transaction_misses: int = 0  # STUN responses to no request in flight (then by address)
     refused_addresses: int = 0
     read_errors: int = 0  # recvfrom errors (an ICMP error queued on the socket)
@@ -293,9 +294,12 @@ class UdpMux:
         source: Address = (addr[0], addr[1])
         stats = self.stats
         stats.received += 1
+        if not data:  # nothing's: aiortc's DTLS task reads data[0] and would end the session
+            stats.dropped_empty += 1
+            return
         endpoint: MuxEndpoint | None
         unknown_ufrag = False
-        if data and data[0] < 4 and is_stun(data):
+        if data[0] < 4 and is_stun(data):
             if stun_class(data) == REQUEST:
                 ufrag = local_ufrag(data)
                 endpoint = self._by_ufrag.get(ufrag) if ufrag is not None else None

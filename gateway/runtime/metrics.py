@@ -50,6 +50,7 @@ MUX_COUNTERS = {
     "dropped_unknown": "Datagrams dropped: no session to route them to (both kinds)",
     "unknown_ufrag": "STUN requests dropped: their ufrag is no session's (demux misses)",
     "unknown_source": "Datagrams dropped: from an address no session has checked from",
+    "dropped_empty": "Empty datagrams dropped (aiortc would end the session on one)",
     "transaction_misses": "STUN responses to no request in flight (routed by address instead)",
     "refused_addresses": "Addresses not bound: the session had its maximum",
     "read_errors": "Errors reading the shared sockets (ICMP errors queued on them)",
