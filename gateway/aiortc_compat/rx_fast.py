@@ -50,7 +50,7 @@ from aiortc.rtp import RtpPacket
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection, _missing_names
 from gateway.aiortc_compat.dtls import srtp_unprotector
-from gateway.aiortc_compat.rtcp_fast import FAST_RTCP
+from gateway.aiortc_compat.rtcp_fast import FAST_RTCP, fast_rtcp_refusal
 from gateway.aiortc_compat.rtp_taps import _RECEIVER_JITTER_BUFFER, RTP_TAP, _DiscardJitterBuffer
 
 _CONNECTED = aiortc.rtcdtlstransport.State.CONNECTED
@@ -190,13 +190,15 @@ class FastReceiveStats:
 def fast_receive_refusal(receiver: RTCRtpReceiver) -> str | None:
     """Why ``receive_rtp_directly`` would not install on ``receiver`` (None: it would)."""
     transport = receiver.transport
-    if transport is None or transport.state != "connected":
+    if transport is None:
         return "transport not connected"
+    # connected, SRTP keyed, on the shared socket, not impaired: what the SRTCP path needs too
+    refusal = fast_rtcp_refusal(transport)
+    if refusal is not None:
+        return refusal
     for name in _DTLS_ATTRS:
         if not hasattr(transport, name):
             return f"RTCDtlsTransport has no {name}"
-    if transport._rx_srtp is None:
-        return "no SRTP session"
     for name in _RECEIVER_ATTRS:
         if not hasattr(receiver, name):
             return f"RTCRtpReceiver has no {name}"
@@ -212,11 +214,6 @@ def fast_receive_refusal(receiver: RTCRtpReceiver) -> str | None:
         return "no RTP tap"
     if transport._rtp_router.receivers - {receiver}:
         return "the transport has other receivers"
-    connection = _ice_connection(transport)
-    if "data_received" in vars(connection):
-        return "incoming datagrams are impaired (impair_incoming)"
-    if not vars(connection).get(_MUX_ENDPOINTS):
-        return "not on the shared UDP socket"
     return None
 
 
