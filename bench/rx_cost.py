@@ -22,6 +22,8 @@ also says how often the shared ticker fired per datagram (``ticker_fires_per_dat
 with ``RX_COST_COUNT_ITERATIONS=1``, the loop's iterations per datagram (a counting wrapper
 around its selector: a Python call more per iteration). ``RX_COST_RTCP_FAST=0`` turns the
 session's SRTCP fast path off (``--no-rtcp-fast-path``; the RTP toggle above leaves it as set).
+``RX_COST_LOOP=uvloop`` runs the gateway (and the floor) on uvloop, as ``gateway.cli`` does when
+it is installed (``make run``'s ``speed`` extra); the default is asyncio's own loop.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ PAIRS = int(os.environ.get("RX_COST_PAIRS", "2"))
 WARMUP_S = 3.0
 HAS_FAST = hasattr(aiortc_compat, "receive_rtp_directly")
 ITERATIONS = [0]  # the loop's selector calls (RX_COST_COUNT_ITERATIONS=1)
+LOOP = os.environ.get("RX_COST_LOOP", "asyncio")  # or "uvloop": the gateway's loop in production
 
 
 def count_iterations(loop: asyncio.AbstractEventLoop) -> None:
@@ -196,7 +199,7 @@ async def run() -> dict[str, Any]:
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
     registry = app[REGISTRY]
     registry.gc.freeze()
-    if os.environ.get("RX_COST_COUNT_ITERATIONS"):
+    if os.environ.get("RX_COST_COUNT_ITERATIONS") and LOOP != "uvloop":  # (uvloop's is C)
         count_iterations(asyncio.get_running_loop())
     modes = []
     for i in range(PAIRS):
@@ -296,7 +299,13 @@ def main() -> None:
     if args.loadgen:
         asyncio.run(loadgen(args.url, args.talkers, args.seconds))
         return
-    result = asyncio.run(run())
+    if LOOP == "uvloop":  # as ``gateway.cli`` runs the gateway when uvloop is installed
+        import uvloop
+
+        result = uvloop.run(run())
+    else:
+        result = asyncio.run(run())
+    result["event_loop"] = LOOP
     print(f"wrote {write_results('rx_cost', result, default=str)}")
 
 
