@@ -2,9 +2,9 @@
 taken straight from the shared UDP socket's read loop. Real aiortc peers over real UDP on
 127.0.0.1 (a duplex gateway, a client whose microphone sends Opus at 50 packets/s): the path is
 taken, the same packets reach the receive path in order, a replayed datagram is dropped by
-SRTP's replay window, RTCP still flows (receiver reports out, our NACKs answered: the client's
-SRTCP through the SRTCP fast path, rtcp_fast.py),
-an ICE restart keeps it, and closing the session removes it."""
+SRTP's replay window, RTCP still flows (receiver reports out, our NACKs answered; the client's
+SRTCP handed on to the SRTCP fast path, rtcp_fast.py), an ICE restart keeps it, and closing the
+session removes it."""
 
 from __future__ import annotations
 
