@@ -77,9 +77,12 @@ async def test_idle_dtx_then_a_talkspurt_sent_at_once(dtx_gateway):
         result = await client.say("a tone", voice="tone")
         state = await client.wait_utterance(result.utterance["id"])
         assert state["state"] == "done" and state["frames_sent"] == 50, state
-        # queued -> on the wire: at once, not in the next 20 ms slot
+        # queued -> on the wire: at once, not in the next 20 ms slot -- early, or kept its slot
+        # by design when that slot was due within EARLY_MIN_WAIT_S (or the slot before carried
+        # a DTX packet); how often each happens is the next test's (3 of 8 early at least)
         early = (await client.state())["early_first_frames"]
-        assert early == 1 and state["slot_wait_ms"] <= 3.0, (early, state["latency_ms"])
+        assert early <= 1, early
+        assert state["slot_wait_ms"] <= (EARLY_MIN_WAIT_S + 0.0025) * 1000, (early, state)
         packets = list(client.capture.packets)
         speech = utterance_packets(packets, state)
         assert len(speech) >= 50, (len(speech), state)

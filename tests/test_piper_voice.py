@@ -59,7 +59,10 @@ async def test_piper_speech_reaches_the_listener(start_gateway, piper):
     freqs = np.fft.rfftfreq(pcm.size, 1 / SAMPLE_RATE)
     band = spectrum[(freqs > 80) & (freqs < 4000)].sum() / spectrum.sum()
     assert band > 0.6
-    assert state["server_overhead_ms"] is not None and state["server_overhead_ms"] < 50
+    # first PCM -> first packet sent: the first frame goes in the stream's next slot (≈ 10-25
+    # ms), not after the rest of the sentence is made. Ten times that, not a speed: a CI run of
+    # four test processes on two cores, piper's own threads among them, measured 66 once.
+    assert state["server_overhead_ms"] is not None and state["server_overhead_ms"] < 200
 
 
 def test_the_first_clause_is_cut_after_three_words_and_the_spec_can_say_otherwise():
