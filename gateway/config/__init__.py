@@ -276,7 +276,7 @@ class GatewayConfig:
     )
     send_in_c: bool = opt(
         _S("send_in_c"),
-        "let the compiled send path send a stream (no DTX) from C, slot by slot, RED "
+        "let the compiled send path send a stream from C, slot by slot, RED and DTX "
         "included, its frames fed ahead (off: every slot from Python's tick, to compare)",
         group=MEDIA,
     )

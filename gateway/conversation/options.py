@@ -25,7 +25,7 @@ class SessionOptions:
     release_dtls: bool = True  # free OpenSSL's DTLS state once connected (aiortc_compat)
     rx_fast_path: bool = True  # a talker's SRTP straight from the shared socket (aiortc_compat)
     rtcp_fast_path: bool = True  # a session's SRTCP straight from the shared socket (the same)
-    send_in_c: bool = True  # C sends a stream without DTX, RED included (batch_sender)
+    send_in_c: bool = True  # C sends a stream, RED and DTX included (batch_sender)
     rtcp_report_interval_s: float = 5.0  # sender reports' mean interval (libwebrtc's audio)
     red_distance: int = 2  # RFC 2198: previous frames each packet carries (0: no RED)
     red_max_distance: int = 0  # ... raised up to this while NACKs show longer bursts (0: never)

@@ -1,6 +1,6 @@
 """The streams C sends, per ticker (``BatchStream._to_c``, webrtc/batch_sender.py).
 
-A stream on the compiled path (no DTX) is handed to its C struct (net/sendpath.py
+A stream on the compiled path (DTX too) is handed to its C struct (net/sendpath.py
 ``gw_run_parked``) until something needs it back on the tick (``BatchStream._from_c``). This
 registry runs every compiled batch they are on from the end of each tick, before the tick's
 packets are flushed; visits each stream C asks for (its fed frames low: ``Held.sent_from_c``
