@@ -50,14 +50,17 @@ from aiortc.rtp import RtpPacket
 
 from gateway.aiortc_compat._common import _MUX_ENDPOINTS, _ice_connection, _missing_names
 from gateway.aiortc_compat.dtls import srtp_unprotector
-from gateway.aiortc_compat.rtcp_fast import FAST_RTCP, fast_rtcp_refusal
+from gateway.aiortc_compat.rtcp_fast import (
+    _CONNECTED,
+    _RX_BYTES,
+    _RX_PACKETS,
+    FAST_RTCP,
+    fast_rtcp_refusal,
+)
 from gateway.aiortc_compat.rtp_taps import _RECEIVER_JITTER_BUFFER, RTP_TAP, _DiscardJitterBuffer
 
-_CONNECTED = aiortc.rtcdtlstransport.State.CONNECTED
 _NTP_OFFSET_S = 2_208_988_800  # 1900 -> 1970: aiortc's ``clock.current_ms`` counts from 1900
 
-_RX_BYTES = "_RTCDtlsTransport__rx_bytes"
-_RX_PACKETS = "_RTCDtlsTransport__rx_packets"
 _DTLS_ATTRS = ("_rx_srtp", "_state", "_transport", "_rtp_router", "_rtp_header_extensions_map",
                _RX_BYTES, _RX_PACKETS)
 _KIND = "_RTCRtpReceiver__kind"
