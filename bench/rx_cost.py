@@ -24,6 +24,10 @@ around its selector: a Python call more per iteration). ``RX_COST_RTCP_FAST=0`` 
 session's SRTCP fast path off (``--no-rtcp-fast-path``; the RTP toggle above leaves it as set).
 ``RX_COST_LOOP=uvloop`` runs the gateway (and the floor) on uvloop, as ``gateway.cli`` does when
 it is installed (``make run``'s ``speed`` extra); the default is asyncio's own loop.
+``RX_COST_COALESCE_MS=10`` runs the gateway with ``--coalesce-ms 10`` (the sockets read at the
+ticks of a 10 ms grid while it is busy; set at start, so compare runs, not windows). Each window
+also says what the talkers' receive paths played meanwhile (concealed, late, underruns,
+dropped) and their mean added playout delay and jitter buffer target at its end.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ PAIRS = int(os.environ.get("RX_COST_PAIRS", "2"))
 WARMUP_S = 3.0
 HAS_FAST = hasattr(aiortc_compat, "receive_rtp_directly")
 ITERATIONS = [0]  # the loop's selector calls (RX_COST_COUNT_ITERATIONS=1)
+COALESCE_MS = float(os.environ.get("RX_COST_COALESCE_MS", "0"))  # --coalesce-ms (0: off)
 LOOP = os.environ.get("RX_COST_LOOP", "asyncio")  # or "uvloop": the gateway's loop in production
 
 
@@ -127,6 +132,21 @@ def received(registry: Any) -> int:
     return sum(s.webrtc.uplink.stats.received for s in registry if s.webrtc.uplink is not None)
 
 
+QUALITY = ("concealed", "late", "underruns", "dropped")  # summed over the uplinks, per window
+
+
+def uplink_quality(registry: Any) -> dict[str, float]:
+    """What the talkers' receive paths played: the counters of ``QUALITY`` summed, and the
+    mean added playout delay and jitter buffer target (what a coarser read costs in latency)."""
+    stats = [s.webrtc.uplink.stats for s in registry if s.webrtc.uplink is not None]
+    out: dict[str, float] = {k: sum(getattr(st, k, 0) for st in stats) for k in QUALITY}
+    delays = [d for st in stats if (d := getattr(st, "playout_delay_ms", None)) is not None]
+    out["playout_delay_ms"] = round(statistics.mean(delays), 2) if delays else -1.0
+    out["target_frames"] = round(statistics.mean(st.target_frames for st in stats), 2) \
+        if stats else -1.0
+    return out
+
+
 def thread_ticks() -> tuple[int, int]:
     """The calling thread's user and system CPU, in clock ticks (/proc: 10 ms each)."""
     try:
@@ -144,6 +164,7 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
     cpu0, proc0, n0, t0 = time.thread_time(), time.process_time(), received(registry), \
         time.monotonic()
     user0, sys0 = thread_ticks()
+    quality0 = uplink_quality(registry)
     ticker = _TICKERS.get(asyncio.get_running_loop())
     fires0, iterations0 = (ticker.fired if ticker is not None else 0), ITERATIONS[0]
     profile = None
@@ -164,6 +185,7 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
     cpu, proc, n, wall = (time.thread_time() - cpu0, time.process_time() - proc0,
                           received(registry) - n0, time.monotonic() - t0)
     user, system = thread_ticks()
+    quality = uplink_quality(registry)
     fires = (ticker.fired if ticker is not None else 0) - fires0
     iterations = ITERATIONS[0] - iterations0
     tick = os.sysconf("SC_CLK_TCK")
@@ -176,7 +198,10 @@ async def window(registry: Any, mode: str) -> dict[str, Any]:
             "ticker_fires_per_datagram": round(fires / n, 3) if n else None,
             "loop_iterations_per_datagram": round(iterations / n, 3) if n and iterations
             else None,
-            "loadavg": os.getloadavg()[0]}
+            "loadavg": os.getloadavg()[0],
+            **{k: quality[k] - quality0[k] for k in QUALITY},
+            "playout_delay_ms": quality["playout_delay_ms"],
+            "target_frames": quality["target_frames"]}
 
 
 async def run() -> dict[str, Any]:
@@ -185,6 +210,8 @@ async def run() -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if os.environ.get("RX_COST_RTCP_FAST") == "0":  # the SRTCP fast path off (rtcp_fast.py)
         extra["rtcp_fast_path"] = False
+    if COALESCE_MS:  # --coalesce-ms
+        extra["coalesce_ms"] = COALESCE_MS
     floors = [await wake_floor.measure(TALKERS, WINDOW_S)]  # the machine's, before the gateway
     print(f"floor   a bare wake-up per datagram (bench.wake_floor, {TALKERS} streams): "
           f"{floors[0]['loop_us_per_datagram']} µs", flush=True)
@@ -235,7 +262,10 @@ async def run() -> dict[str, Any]:
                   f"({w['loop_pct_per_talker']:.2f} % a talker)  "
                   f"{w['loop_us_per_datagram']:>7.2f} µs/datagram (user {w['loop_user_s']:.2f} s, "
                   f"system {w['loop_system_s']:.2f} s)  fires {w['ticker_fires_per_datagram']}  "
-                  f"iterations {w['loop_iterations_per_datagram']}  load1 {w['loadavg']:.2f}",
+                  f"iterations {w['loop_iterations_per_datagram']}  load1 {w['loadavg']:.2f}  "
+                  f"uplinks: concealed {w['concealed']} late {w['late']} underruns "
+                  f"{w['underruns']} dropped {w['dropped']} playout delay "
+                  f"{w['playout_delay_ms']} ms target {w['target_frames']} frames",
                   flush=True)
     finally:
         if proc.returncode is None:
@@ -266,6 +296,7 @@ async def run() -> dict[str, Any]:
                 "median_us": statistics.median(w["loop_us_per_datagram"] for w in ws)}
 
     result = {"talkers": TALKERS, "window_s": WINDOW_S, "has_fast_path": HAS_FAST,
+              "coalesce_ms": COALESCE_MS,
               "windows": windows, "fast": pooled("fast"), "aiortc": pooled("aiortc"),
               "floor": {"runs": floors, "loop_us_per_datagram": round(floor_us, 2)}}
     for mode in ("fast", "aiortc"):

@@ -139,6 +139,23 @@ async def test_with_the_fast_path_off_aiortc_delivers_the_same(start_gateway):
         await talker.client.close()
 
 
+async def test_with_coalescing_a_talker_is_read_at_the_tickers_fires_and_heard(start_gateway):
+    """``--coalesce-ms 20``: one grid tick a frame, the shared socket read by its fires."""
+    gateway = await start_gateway(duplex=True, coalesce_ms=20)
+    talker = Talker(gateway)
+    session = await talker.start()
+    try:
+        await talker.wait_got(100)
+        assert session.webrtc.rx_fast is not None and session.duplex.frames_heard > 0
+        in_order_after_first(talker.got, talker.sent)
+        async with gateway.http.get(f"{gateway.url}/healthz") as r:
+            mux = (await r.json())["udp_mux"]
+        assert mux["polled_reads"] >= 50 and mux["fast_received"] >= 90
+        assert session.webrtc.uplink.stats.concealed <= 5
+    finally:
+        await talker.client.close()
+
+
 async def test_a_replayed_datagram_is_dropped(start_gateway):
     gateway = await start_gateway(duplex=True)
     talker = Talker(gateway)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from gateway.channels.registry import ChannelRegistry
 from gateway.config import GatewayConfig
 from gateway.conversation.duplex import DuplexFactory
 from gateway.elevenlabs.routes import add_routes as add_elevenlabs_routes
-from gateway.media import pcm_c
+from gateway.media import pcm_c, ticker
 from gateway.net.udp_mux import MuxGroup
 from gateway.realtime import routes as realtime
 from gateway.realtime.keys import EphemeralKeys
@@ -140,6 +141,8 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         app.router.add_get("/web/{path:.+}", web_files(config.web_dir))
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        ticker.coalesce(loop, config.coalesce_ms / 1000)  # before any stream takes the ticker
         if udp_mux is not None:
             await udp_mux.start()  # the shared sockets, bound before serving: a taken port fails
         if duplex is not None:
@@ -151,6 +154,7 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
         await app[REGISTRY].close_all()
         if udp_mux is not None:
             udp_mux.close()
+        ticker.coalesce(loop, 0)
         cache.close()  # waits for pending phrase cache writes
         if voices is None:  # we built them, we close them
             await app[VOICES].close()

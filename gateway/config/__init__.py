@@ -22,6 +22,7 @@ from gateway.config.table import add_arguments, check_renamed, opt, values
 from gateway.conversation.duplex import HearingOptions
 from gateway.conversation.options import SessionOptions
 from gateway.media.opus_codec import EncoderSettings
+from gateway.media.ticker import COALESCE_GRIDS_S
 from gateway.runtime.defaults import default_of
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -57,6 +58,18 @@ def _udp_port(value: str) -> int:
     if not 0 <= n <= 65535:
         raise argparse.ArgumentTypeError("0..65535")
     return n
+
+
+def _coalesce_ms(value: str) -> float:
+    try:
+        ms = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    choices = [0.0, *(g * 1000 for g in COALESCE_GRIDS_S)]
+    if not any(abs(ms - c) < 1e-9 for c in choices):
+        names = ", ".join(f"{c:g}" for c in choices)
+        raise argparse.ArgumentTypeError(f"{value!r}: one of {names}")
+    return ms
 
 
 def _prefix(value: str) -> str:
@@ -150,6 +163,17 @@ class GatewayConfig:
         True,
         "every session on the shared UDP socket (off: one socket per "
         "session on a random port, as aioice binds; for comparisons)",
+        group=NET,
+    )
+    coalesce_ms: float = opt(
+        0.0,
+        "0: the shared UDP sockets are read the moment a datagram comes, streams spread "
+        "over a 2.5 ms grid. 2.5, 5, 10 or 20: the streams' grid is that long and, while it "
+        "is busy, the sockets are read at its ticks only -- one loop wake-up a tick, not one "
+        "a datagram: a talker's datagram (a listener's NACK too) waits up to that long to be "
+        "read, a frame's packets leave in 20/N bursts (10 about halves a talking session's "
+        "loop CPU: docs/density.md)",
+        parse=_coalesce_ms,
         group=NET,
     )
     udp_sendmmsg: bool = opt(

@@ -41,7 +41,10 @@ class Ticker:
         period: float = 0.020,
         clock: Callable[[], float] = time.monotonic,
         loop: asyncio.AbstractEventLoop | None = None,
+        poll_sockets: bool = False,
     ) -> None:
+        """``poll_sockets``: while a fire is due within a grid tick, the loop's shared UDP
+        sockets are off its selector and every fire reads them first (``--coalesce-ms``)."""
         if period <= 0:
             raise ValueError("period must be positive")
         self.period = period
@@ -65,6 +68,8 @@ class Ticker:
         # end-of-tick flush), not read again for every stream.
         self.tick_stamp: tuple[int, int, bytes] | None = None
         self.firing = False  # inside ``_fire``: only then may a tick's senders share a stamp
+        self.poll_sockets = poll_sockets
+        self.polling = False  # the shared sockets are read by the fires now
 
     def now(self) -> float:
         return self._clock()
@@ -168,6 +173,8 @@ class Ticker:
                 self.tick_stamp, self.firing = None, False
                 if heap:
                     self._arm(heap[0])
+                if self.poll_sockets:
+                    self._poll_or_not()
 
     def _disarm(self) -> None:
         if self._armed is not None:
@@ -177,7 +184,24 @@ class Ticker:
     def _fire(self) -> None:
         self._armed = None
         self.fired += 1
+        if self.polling:  # what came since the last fire, before the ticks it may feed
+            self.firing = True  # (what the reads add to the heap waits for the arm below)
+            try:
+                udp_mux.read_polled(self._loop or asyncio.get_running_loop())
+            finally:
+                self.firing = False
         self._fire_due()
+
+    def _poll_or_not(self) -> None:
+        """Sockets read by the fires while the next fire is due within a grid tick (and its
+        slack): a busy grid; else back on the selector, read the moment a datagram comes."""
+        heap = self._heap
+        polling = bool(heap) and (
+            self._origin + heap[0] * self.period - self._clock()
+            <= self.period + FIRE_SLACK_S + EPSILON)
+        if polling != self.polling:
+            self.polling = polling
+            udp_mux.poll_sockets(self._loop or asyncio.get_running_loop(), polling)
 
     def _fire_due(self) -> None:
         """Every tick due now (within ``FIRE_SLACK_S``), their hooks, then what was deferred."""
@@ -203,6 +227,8 @@ class Ticker:
             self.tick_stamp, self.firing = None, False
             if heap:  # the one timer for what the callbacks added, and what waits
                 self._arm(heap[0])
+            if self.poll_sockets:
+                self._poll_or_not()
 
     def _run(self, callbacks: Iterable[Callable[[], None]], released: bool = True,
              failed: str = "tick callback failed") -> None:
@@ -224,14 +250,34 @@ _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
 
 
 GRID_S = 0.0025  # eight ticks per 20 ms frame: streams spread over them, smaller bursts
+#: ``--coalesce-ms`` choices (seconds): grid ticks that divide a 20 ms frame
+COALESCE_GRIDS_S = (0.0025, 0.005, 0.010, 0.020)
+#: A loop's ``coalesce`` grid (a loop absent: ``GRID_S``, sockets read when readable).
+_COALESCE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+    weakref.WeakKeyDictionary())
 
 
-def shared_ticker(period: float = GRID_S) -> Ticker:
-    """The ticker of the running event loop (one per loop and period)."""
+def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float) -> None:
+    """``--coalesce-ms``: the shared ticker of ``loop`` made from now on has a grid of
+    ``grid_s`` (one of ``COALESCE_GRIDS_S``) and reads the shared UDP sockets at its fires
+    while it is busy; 0: the default (``GRID_S``, sockets read when readable). Streams already
+    on the loop's ticker stay on it; the app calls this before it serves."""
+    if grid_s:
+        if not any(abs(grid_s - g) < EPSILON for g in COALESCE_GRIDS_S):
+            raise ValueError(f"a coalescing grid is one of {COALESCE_GRIDS_S} s, not {grid_s}")
+        _COALESCE[loop] = grid_s
+    else:
+        _COALESCE.pop(loop, None)
+
+
+def shared_ticker() -> Ticker:
+    """The ticker of the running event loop (one per loop; its grid: ``coalesce``)."""
     loop = asyncio.get_running_loop()
+    grid = _COALESCE.get(loop)
+    period, poll = (GRID_S, False) if grid is None else (grid, True)
     ticker = _TICKERS.get(loop)
-    if ticker is None or ticker.period != period:
-        ticker = Ticker(period, loop=loop)
+    if ticker is None or ticker.period != period or ticker.poll_sockets != poll:
+        ticker = Ticker(period, loop=loop, poll_sockets=poll)
         _TICKERS[loop] = ticker
         udp_mux.after_reads(loop, ticker.fire_if_due)
     return ticker

@@ -81,6 +81,7 @@ class MuxStats:
     send_failed: int = 0  # datagrams not sent: a full socket buffer, an unreachable address
     compiled_sent: int = 0  # of ``sent``: RTP staged and sent by the compiled send path
     fast_received: int = 0  # of ``routed_by_address``: taken by an endpoint's fast_receive
+    polled_reads: int = 0  # read bursts run by the shared ticker's fires (``poll_sockets``)
 
     def as_json(self) -> dict[str, int]:
         return asdict(self)
@@ -107,6 +108,35 @@ def flush_pending() -> None:
     over 5 ms for the ``call_soon`` flush while the talkers talked)."""
     for mux in tuple(_PENDING):
         mux.flush()
+
+
+#: Every shared socket of a loop (``poll_sockets`` and ``read_polled`` work on them).
+_BY_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, weakref.WeakSet[UdpMux]] = (
+    weakref.WeakKeyDictionary())
+_POLLED: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()  # (a socket bound
+# meanwhile starts polled)
+
+
+def poll_sockets(loop: asyncio.AbstractEventLoop, polled: bool) -> None:
+    """``polled``: take the loop's shared sockets off its selector -- a datagram then waits in
+    the socket for ``read_polled``, which the shared ticker's fires call (``--coalesce-ms``:
+    one loop wake-up for what came during a grid tick, not one for each); else read each the
+    moment it is readable again (and at once: what waits in it now is read in the next
+    iteration)."""
+    if polled:
+        _POLLED.add(loop)
+    else:
+        _POLLED.discard(loop)
+    for mux in tuple(_BY_LOOP.get(loop, ())):
+        mux.set_polled(polled)
+
+
+def read_polled(loop: asyncio.AbstractEventLoop) -> None:
+    """Read the loop's polled shared sockets dry (``poll_sockets``)."""
+    for mux in tuple(_BY_LOOP.get(loop, ())):
+        if mux.polled:
+            mux.stats.polled_reads += 1
+            mux._on_readable(False)
 
 
 class _AfterReads:
@@ -221,6 +251,7 @@ class UdpMux:
         self._compiled_seen = (0, 0, 0, 0)  # its counters at the last flush (calls, sent, ...)
         self._after_reads: Callable[[], None] | None = None  # (``after_reads``: its loop's)
         self._after_version = -1
+        self.polled = False  # off the selector: read by the shared ticker's fires
 
     @classmethod
     async def bind(
@@ -255,9 +286,23 @@ class UdpMux:
             mux.compiled_batch = sendpath.CompiledBatch(module, sock.fileno(), protect_address,
                                                         trailer)
         loop.add_reader(sock.fileno(), mux._on_readable)
+        _BY_LOOP.setdefault(loop, weakref.WeakSet()).add(mux)
+        mux.set_polled(loop in _POLLED)
         return mux
 
-    def _on_readable(self) -> None:
+    def set_polled(self, polled: bool) -> None:
+        """Off the loop's selector (``polled``) or back on it (``poll_sockets``)."""
+        if polled == self.polled or self._sock is None:
+            return
+        self.polled = polled
+        if polled:
+            self.loop.remove_reader(self._sock.fileno())
+        else:
+            self.loop.add_reader(self._sock.fileno(), self._on_readable)
+
+    def _on_readable(self, after: bool = True) -> None:
+        """Read the socket dry (at most ``MAX_READS``); then, ``after``, the loop's after-reads
+        hook (the ticker's ``fire_if_due``; not when a ticker's fire is the reader)."""
         sock = self._sock
         if sock is None:
             return
@@ -267,6 +312,8 @@ class UdpMux:
             try:
                 data, addr = recvfrom(RECV_SIZE)
             except (BlockingIOError, InterruptedError):
+                if not after:
+                    return
                 if self._after_version != _AfterReads.version:
                     self._find_after_reads()
                 hook = self._after_reads
@@ -518,7 +565,8 @@ class UdpMux:
         _PENDING.discard(self)
         if sock is None:
             return
-        self.loop.remove_reader(sock.fileno())
+        if not self.polled:
+            self.loop.remove_reader(sock.fileno())
         sock.close()
         self._batch_socket = None
         for endpoint in list(self._by_ufrag.values()) + list(self._by_address.values()):

@@ -54,6 +54,7 @@ MUX_COUNTERS = {
     "transaction_misses": "STUN responses to no request in flight (routed by address instead)",
     "refused_addresses": "Addresses not bound: the session had its maximum",
     "read_errors": "Errors reading the shared sockets (ICMP errors queued on them)",
+    "polled_reads": "Shared socket read bursts run by the shared ticker's fires (--coalesce-ms)",
     "kernel_drops": "Datagrams the kernel dropped on the shared sockets (receive buffer full)",
     "sent": "Datagrams sent on the shared sockets",
     "batches": "Batches of one tick's RTP sent together",
