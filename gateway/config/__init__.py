@@ -171,8 +171,8 @@ class GatewayConfig:
         "over a 2.5 ms grid. 2.5, 5, 10 or 20: the streams' grid is that long and, while it "
         "is busy, the sockets are read at its ticks only -- one loop wake-up a tick, not one "
         "a datagram: a talker's datagram (a listener's NACK too) waits up to that long to be "
-        "read, a frame's packets leave in 20/N bursts (10 about halves a talking session's "
-        "loop CPU: docs/density.md)",
+        "read, a frame's packets leave in 20/N bursts (10: a talking session's loop CPU "
+        "about a quarter less, 1,000 listeners under 99.5 % on time: docs/density.md)",
         parse=_coalesce_ms,
         group=NET,
     )
