@@ -22,7 +22,7 @@ from gateway.config.table import add_arguments, check_renamed, opt, values
 from gateway.conversation.duplex import HearingOptions
 from gateway.conversation.options import SessionOptions
 from gateway.media.opus_codec import EncoderSettings
-from gateway.media.ticker import COALESCE_GRIDS_S
+from gateway.media.ticker import check_coalesce_grid
 from gateway.runtime.defaults import default_of
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
@@ -65,10 +65,10 @@ def _coalesce_ms(value: str) -> float:
         ms = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    choices = [0.0, *(g * 1000 for g in COALESCE_GRIDS_S)]
-    if not any(abs(ms - c) < 1e-9 for c in choices):
-        names = ", ".join(f"{c:g}" for c in choices)
-        raise argparse.ArgumentTypeError(f"{value!r}: one of {names}")
+    try:
+        check_coalesce_grid(ms / 1000)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return ms
 
 

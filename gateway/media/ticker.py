@@ -197,8 +197,7 @@ class Ticker:
         slack): a busy grid; else back on the selector, read the moment a datagram comes."""
         heap = self._heap
         polling = bool(heap) and (
-            self._origin + heap[0] * self.period - self._clock()
-            <= self.period + FIRE_SLACK_S + EPSILON)
+            self.time_of(heap[0]) - self._clock() <= self.period + FIRE_SLACK_S + EPSILON)
         if polling != self.polling:
             self.polling = polling
             udp_mux.poll_sockets(self._loop or asyncio.get_running_loop(), polling)
@@ -257,14 +256,21 @@ _COALESCE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
     weakref.WeakKeyDictionary())
 
 
+def check_coalesce_grid(grid_s: float) -> float:
+    """``grid_s`` if it is 0 or one of ``COALESCE_GRIDS_S``, else ValueError naming them (in ms,
+    as ``--coalesce-ms`` takes them)."""
+    if grid_s and not any(abs(grid_s - g) < EPSILON for g in COALESCE_GRIDS_S):
+        names = ", ".join(f"{ms:g}" for ms in (0, *(g * 1000 for g in COALESCE_GRIDS_S)))
+        raise ValueError(f"a coalescing grid is one of {names} ms, not {grid_s * 1000:g}")
+    return grid_s
+
+
 def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float) -> None:
     """``--coalesce-ms``: the shared ticker of ``loop`` made from now on has a grid of
     ``grid_s`` (one of ``COALESCE_GRIDS_S``) and reads the shared UDP sockets at its fires
     while it is busy; 0: the default (``GRID_S``, sockets read when readable). Streams already
     on the loop's ticker stay on it; the app calls this before it serves."""
-    if grid_s:
-        if not any(abs(grid_s - g) < EPSILON for g in COALESCE_GRIDS_S):
-            raise ValueError(f"a coalescing grid is one of {COALESCE_GRIDS_S} s, not {grid_s}")
+    if check_coalesce_grid(grid_s):
         _COALESCE[loop] = grid_s
     else:
         _COALESCE.pop(loop, None)
