@@ -22,7 +22,19 @@ def cpu_sample(pid: int) -> CpuSample:
     # The command name (field 2) may hold spaces: split after its closing parenthesis.
     fields = raw[raw.rindex(b")") + 2 :].split()
     utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
-    return CpuSample(time.monotonic(), (utime + stime) / CLOCK_TICKS, stime / CLOCK_TICKS)
+    return CpuSample(time.monotonic(), _process_clock_s(pid, (utime + stime) / CLOCK_TICKS),
+                     stime / CLOCK_TICKS)
+
+
+def _process_clock_s(pid: int, ticks_s: float) -> float:
+    """The process's CPU-time clock (Linux ``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)``): its
+    threads' time on a CPU to the nanosecond, ended threads included, where /proc's utime +
+    stime count 10 ms ticks -- a quiet server over a 1 s window read 0 (a smoke run's
+    ``server_cpu_pct`` of 0.0 at 3 silent streams). ``ticks_s`` where the clock is refused."""
+    try:
+        return time.clock_gettime(((~pid) << 3) | 2)
+    except OSError:
+        return ticks_s
 
 
 def cpu_percent(start: CpuSample, end: CpuSample) -> float:
