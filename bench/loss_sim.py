@@ -90,6 +90,9 @@ class _VirtualClock:
     def time_of(self, tick: int) -> float:
         raise NotImplementedError
 
+    def period_tick(self, t: float) -> int:
+        raise NotImplementedError
+
     def call_after_sends(self, t: float, callback: Callable[[], None]) -> None:
         raise NotImplementedError
 

@@ -25,7 +25,9 @@ session's SRTCP fast path off (``--no-rtcp-fast-path``; the RTP toggle above lea
 ``RX_COST_LOOP=uvloop`` runs the gateway (and the floor) on uvloop, as ``gateway.cli`` does when
 it is installed (``make run``'s ``speed`` extra); the default is asyncio's own loop.
 ``RX_COST_COALESCE_MS=10`` runs the gateway with ``--coalesce-ms 10`` (the sockets read at the
-ticks of a 10 ms grid while it is busy; set at start, so compare runs, not windows). Each window
+ticks of a 10 ms grid while it is busy; set at start, so compare runs, not windows);
+``RX_COST_PACK_BELOW=0`` with ``--pack-below 0`` (the talkers' streams spread over the 2.5 ms
+grid, every datagram read when it comes; unset: the gateway's default, packed). Each window
 also says what the talkers' receive paths played meanwhile (concealed, late, underruns,
 dropped) and their mean added playout delay and jitter buffer target at its end.
 """
@@ -64,6 +66,8 @@ WARMUP_S = 3.0
 HAS_FAST = hasattr(aiortc_compat, "receive_rtp_directly")
 ITERATIONS = [0]  # the loop's selector calls (RX_COST_COUNT_ITERATIONS=1)
 COALESCE_MS = float(os.environ.get("RX_COST_COALESCE_MS", "0"))  # --coalesce-ms (0: off)
+#: --pack-below (unset: the gateway's default; 0: off, every datagram read when it comes)
+PACK_BELOW = int(os.environ["RX_COST_PACK_BELOW"]) if "RX_COST_PACK_BELOW" in os.environ else None
 LOOP = os.environ.get("RX_COST_LOOP", "asyncio")  # or "uvloop": the gateway's loop in production
 
 
@@ -212,6 +216,8 @@ async def run() -> dict[str, Any]:
         extra["rtcp_fast_path"] = False
     if COALESCE_MS:  # --coalesce-ms
         extra["coalesce_ms"] = COALESCE_MS
+    if PACK_BELOW is not None:  # --pack-below
+        extra["pack_below"] = PACK_BELOW
     floors = [await wake_floor.measure(TALKERS, WINDOW_S)]  # the machine's, before the gateway
     print(f"floor   a bare wake-up per datagram (bench.wake_floor, {TALKERS} streams): "
           f"{floors[0]['loop_us_per_datagram']} µs", flush=True)
@@ -296,7 +302,7 @@ async def run() -> dict[str, Any]:
                 "median_us": statistics.median(w["loop_us_per_datagram"] for w in ws)}
 
     result = {"talkers": TALKERS, "window_s": WINDOW_S, "has_fast_path": HAS_FAST,
-              "coalesce_ms": COALESCE_MS,
+              "coalesce_ms": COALESCE_MS, "pack_below": PACK_BELOW,
               "windows": windows, "fast": pooled("fast"), "aiortc": pooled("aiortc"),
               "floor": {"runs": floors, "loop_us_per_datagram": round(floor_us, 2)}}
     for mode in ("fast", "aiortc"):

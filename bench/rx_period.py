@@ -45,6 +45,9 @@ class _Clock:
     def time_of(self, tick: int) -> float:
         return 0.0
 
+    def period_tick(self, t: float) -> int:
+        return 0
+
     def call_after_sends(self, t: float, callback: object) -> None:
         pass
 

@@ -142,7 +142,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
-        ticker.coalesce(loop, config.coalesce_ms / 1000)  # before any stream takes the ticker
+        # before any stream takes the ticker
+        ticker.coalesce(  # (without the shared sockets nothing counts the sessions)
+            loop, config.coalesce_ms / 1000, config.pack_below if config.udp_mux else 0)
         if udp_mux is not None:
             await udp_mux.start()  # the shared sockets, bound before serving: a taken port fails
         if duplex is not None:

@@ -72,6 +72,16 @@ def _coalesce_ms(value: str) -> float:
     return ms
 
 
+def _sessions(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of sessions") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("a number of sessions, 0 or more")
+    return n
+
+
 def _prefix(value: str) -> str:
     if value and not re.fullmatch(r"[A-Za-z0-9._-]{1,32}", value):
         raise argparse.ArgumentTypeError(f"{value!r}: up to 32 of A-Z a-z 0-9 . _ -")
@@ -167,13 +177,25 @@ class GatewayConfig:
     )
     coalesce_ms: float = opt(
         0.0,
-        "0: the shared UDP sockets are read the moment a datagram comes, streams spread "
-        "over a 2.5 ms grid. 2.5, 5, 10 or 20: the streams' grid is that long and, while it "
+        "0: streams on a 2.5 ms grid (packed while the worker is sparse: --pack-below). "
+        "2.5, 5, 10 or 20: the streams' grid is that long and, while it "
         "is busy, the sockets are read at its ticks only -- one loop wake-up a tick, not one "
         "a datagram: a talker's datagram (a listener's NACK too) waits up to that long to be "
-        "read, a frame's packets leave in 20/N bursts (10: a talking session's loop CPU "
-        "about a quarter less, 1,000 listeners under 99.5 % on time: docs/density.md)",
+        "read, a frame's packets leave in 20/N bursts (10: 1,000 listeners under 99.5 % on "
+        "time; --pack-below is off: docs/density.md)",
         parse=_coalesce_ms,
+        group=NET,
+    )
+    pack_below: int = opt(
+        128,
+        "while the worker serves fewer sessions than this, a new stream's packets keep to a "
+        "10 ms grid (two ticks a frame) and the shared UDP sockets are read by the ticker's "
+        "fires while those come 10 ms apart or sooner, so talkers' datagrams share the "
+        "loop's wake-ups: a talking session's loop CPU about a quarter less, a datagram (a "
+        "listener's NACK too) read up to 10 ms later. From this many sessions on, new "
+        "streams spread over the 2.5 ms grid, in small bursts (0: off, every datagram read "
+        "the moment it comes: docs/density.md, 'Packed phases')",
+        parse=_sessions,
         group=NET,
     )
     udp_sendmmsg: bool = opt(

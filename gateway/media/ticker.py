@@ -5,6 +5,12 @@ ticker keeps a single absolute grid (``origin + k * period``) and one armed time
 tick anyone waits for; every stream whose slot falls on that tick is released by the same
 callback. Streams align their schedules to the grid (``align``), so at any moment most waiters
 share one or two ticks. Waiters are futures; a cancelled waiter is simply skipped.
+
+While the process is sparse (fewer sessions than ``pack_below``) a new stream's schedule is
+packed onto every ``PACK_TICKS``-th tick (a 10 ms grid: two ticks a frame) and the shared UDP
+sockets are read by the fires, so a talker's datagram shares a wake-up with the others' and with
+the sends; a dense process spreads its new streams over every tick, whose bursts stay small
+(docs/density.md, "Packed phases").
 """
 
 from __future__ import annotations
@@ -42,9 +48,13 @@ class Ticker:
         clock: Callable[[], float] = time.monotonic,
         loop: asyncio.AbstractEventLoop | None = None,
         poll_sockets: bool = False,
+        pack_below: int = 0,
     ) -> None:
-        """``poll_sockets``: while a fire is due within a grid tick, the loop's shared UDP
-        sockets are off its selector and every fire reads them first (``--coalesce-ms``)."""
+        """``poll_sockets``: while a fire is due within ``poll_window`` (a grid tick; packing:
+        ``PACK_TICKS``), the loop's shared UDP sockets are off its selector and every fire reads
+        them first (``--coalesce-ms``, ``--pack-below``). ``pack_below``: while the loop's shared
+        sockets serve fewer sessions (``udp_mux.sessions``, read at every fire), ``align`` and
+        ``period_tick`` keep to every ``PACK_TICKS``-th tick; 0: never."""
         if period <= 0:
             raise ValueError("period must be positive")
         self.period = period
@@ -68,7 +78,10 @@ class Ticker:
         # end-of-tick flush), not read again for every stream.
         self.tick_stamp: tuple[int, int, bytes] | None = None
         self.firing = False  # inside ``_fire``: only then may a tick's senders share a stamp
-        self.poll_sockets = poll_sockets
+        self.pack_below = pack_below
+        self.packing = pack_below > 0  # new schedules keep to every PACK_TICKS-th tick now
+        self.poll_sockets = poll_sockets or pack_below > 0
+        self.poll_window = period * (PACK_TICKS if pack_below > 0 else 1)
         self.polling = False  # the shared sockets are read by the fires now
 
     def now(self) -> float:
@@ -81,8 +94,24 @@ class Ticker:
         return self._origin + tick * self.period
 
     def align(self, t: float) -> float:
-        """The first grid time at or after ``t``."""
-        return self.time_of(self.tick_at_or_after(t))
+        """The first grid time at or after ``t`` where a new schedule starts: every
+        ``PACK_TICKS``-th tick while ``packing``."""
+        tick = self.tick_at_or_after(t)
+        if self.packing:
+            tick = -(-tick // PACK_TICKS) * PACK_TICKS
+        return self.time_of(tick)
+
+    def period_tick(self, t: float) -> int:
+        """The grid tick a playout period due at ``t`` runs on: the last at or before ``t``
+        (never late). While ``packing``, the first of every ``PACK_TICKS``-th at or after it:
+        on the fires the sends make, whose reads feed it, and up to ``PACK_TICKS - 1`` ticks
+        late rather than early, so a lost packet's repair keeps the time it had."""
+        tick = self.tick_at_or_after(t)
+        if self.packing:
+            return -(-tick // PACK_TICKS) * PACK_TICKS
+        if self.time_of(tick) > t + EPSILON:
+            tick -= 1
+        return tick
 
     def wake_at(self, t: float, waiter: asyncio.Future[None]) -> None:
         """Resolve ``waiter`` on the first tick at or after ``t``."""
@@ -193,14 +222,18 @@ class Ticker:
         self._fire_due()
 
     def _poll_or_not(self) -> None:
-        """Sockets read by the fires while the next fire is due within a grid tick (and its
-        slack): a busy grid; else back on the selector, read the moment a datagram comes."""
+        """Sockets read by the fires while the next fire is due within ``poll_window`` (and
+        its slack): a busy grid; else back on the selector, read the moment a datagram comes.
+        Packing is decided again here, at every fire, from the loop's sessions."""
+        loop = self._loop or asyncio.get_running_loop()
+        if self.pack_below:
+            self.packing = udp_mux.sessions(loop) < self.pack_below
         heap = self._heap
         polling = bool(heap) and (
-            self.time_of(heap[0]) - self._clock() <= self.period + FIRE_SLACK_S + EPSILON)
+            self.time_of(heap[0]) - self._clock() <= self.poll_window + FIRE_SLACK_S + EPSILON)
         if polling != self.polling:
             self.polling = polling
-            udp_mux.poll_sockets(self._loop or asyncio.get_running_loop(), polling)
+            udp_mux.poll_sockets(loop, polling)
 
     def _fire_due(self) -> None:
         """Every tick due now (within ``FIRE_SLACK_S``), their hooks, then what was deferred."""
@@ -249,10 +282,14 @@ _TICKERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Ticker] = (
 
 
 GRID_S = 0.0025  # eight ticks per 20 ms frame: streams spread over them, smaller bursts
+#: A packed stream's slots fall on every 4th tick of the 2.5 ms grid: 10 ms, two ticks a frame
+#: (``pack_below``). Measured: a talker's loop CPU 0.74 of the spread grid's (docs/density.md).
+PACK_TICKS = 4
 #: ``--coalesce-ms`` choices (seconds): grid ticks that divide a 20 ms frame
 COALESCE_GRIDS_S = (0.0025, 0.005, 0.010, 0.020)
-#: A loop's ``coalesce`` grid (a loop absent: ``GRID_S``, sockets read when readable).
-_COALESCE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, float] = (
+#: A loop's ``coalesce`` grid and ``pack_below`` (a loop absent: ``GRID_S``, no packing,
+#: sockets read when readable).
+_COALESCE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[float, int]] = (
     weakref.WeakKeyDictionary())
 
 
@@ -265,13 +302,17 @@ def check_coalesce_grid(grid_s: float) -> float:
     return grid_s
 
 
-def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float) -> None:
+def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float, pack_below: int = 0) -> None:
     """``--coalesce-ms``: the shared ticker of ``loop`` made from now on has a grid of
     ``grid_s`` (one of ``COALESCE_GRIDS_S``) and reads the shared UDP sockets at its fires
-    while it is busy; 0: the default (``GRID_S``, sockets read when readable). Streams already
-    on the loop's ticker stay on it; the app calls this before it serves."""
-    if check_coalesce_grid(grid_s):
-        _COALESCE[loop] = grid_s
+    while it is busy; 0: ``GRID_S``, where ``pack_below`` (``--pack-below``, ignored on a
+    coarser grid) packs new schedules while the loop serves fewer sessions (``Ticker``), and
+    0 too is the gateway without either (sockets read when readable). Streams already on the
+    loop's ticker stay on it; the app calls this before it serves."""
+    if pack_below < 0:
+        raise ValueError("pack_below is a number of sessions, 0 or more")
+    if check_coalesce_grid(grid_s) or pack_below:
+        _COALESCE[loop] = (grid_s, 0 if grid_s else pack_below)
     else:
         _COALESCE.pop(loop, None)
 
@@ -279,11 +320,12 @@ def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float) -> None:
 def shared_ticker() -> Ticker:
     """The ticker of the running event loop (one per loop; its grid: ``coalesce``)."""
     loop = asyncio.get_running_loop()
-    grid = _COALESCE.get(loop)
-    period, poll = (GRID_S, False) if grid is None else (grid, True)
+    grid, pack_below = _COALESCE.get(loop, (0.0, 0))
+    period, poll = (grid, True) if grid else (GRID_S, False)
     ticker = _TICKERS.get(loop)
-    if ticker is None or ticker.period != period or ticker.poll_sockets != poll:
-        ticker = Ticker(period, loop=loop, poll_sockets=poll)
+    if (ticker is None or ticker.period != period or ticker.pack_below != pack_below
+            or ticker.poll_sockets != (poll or pack_below > 0)):
+        ticker = Ticker(period, loop=loop, poll_sockets=poll, pack_below=pack_below)
         _TICKERS[loop] = ticker
         udp_mux.after_reads(loop, ticker.fire_if_due)
     return ticker

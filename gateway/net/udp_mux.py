@@ -131,6 +131,11 @@ def poll_sockets(loop: asyncio.AbstractEventLoop, polled: bool) -> None:
         mux.set_polled(polled)
 
 
+def sessions(loop: asyncio.AbstractEventLoop) -> int:
+    """The sessions the loop's shared sockets serve (the shared ticker packs below a number)."""
+    return sum(mux.stats.endpoints for mux in tuple(_BY_LOOP.get(loop, ())))
+
+
 def read_polled(loop: asyncio.AbstractEventLoop) -> None:
     """Read the loop's polled shared sockets dry (``poll_sockets``)."""
     for mux in tuple(_BY_LOOP.get(loop, ())):

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from gateway.media.ticker import EPSILON, may_run_early, shared_ticker
+from gateway.media.ticker import may_run_early, shared_ticker
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ class TickScheduler(Protocol):
 
     def now(self) -> float: ...
     def tick_at_or_after(self, t: float) -> int: ...
+    def period_tick(self, t: float) -> int: ...
     def time_of(self, tick: int) -> float: ...
     def call_after_sends(self, t: float, callback: Callable[[], None]) -> None: ...
 
@@ -68,6 +69,7 @@ class PlayoutClock:
         self._ticker = ticker
         self._hops = catch_up_hops
         self._next_at = 0.0
+        self._tick_at = 0.0  # the grid time the armed period's callback is due
         self._generation = 0  # bumped by stop(): callbacks of an older one do nothing
         self._running = False
         self._hop: asyncio.Handle | None = None
@@ -112,9 +114,10 @@ class PlayoutClock:
                 self._next_at = self._rephase(self._next_at)
             except Exception:  # keep the schedule as it was rather than lose it
                 self._failed("playout rephase failed")
-        tick = ticker.tick_at_or_after(self._next_at)
-        if ticker.time_of(tick) > self._next_at + EPSILON:
-            tick -= 1  # the grid tick at or before the due time: never start a period late
+        # the grid tick at or before the due time: never start a period late (while the
+        # ticker packs, the packed tick at or after it: Ticker.period_tick)
+        tick = ticker.period_tick(self._next_at)
+        self._tick_at = ticker.time_of(tick)
         # after the tick's packets left: a period (decode, VAD) must not hold back the sends
         assert self._tick is not None  # (armed only while running)
         ticker.call_after_sends(ticker.time_of(tick), self._tick)
@@ -124,7 +127,7 @@ class PlayoutClock:
             return
         assert self._ticker is not None
         now = self._ticker.now()
-        if self._hops and now - self._next_at > self._period_s / 2:
+        if self._hops and now - self._tick_at > self._period_s / 2:  # (the fire came late)
             self.stats.late_wakeups += 1
             self._catch_up(generation, self._hops)
             return

@@ -34,6 +34,10 @@ class FakeTicker:
     def time_of(self, tick: int) -> float:
         return tick * GRID
 
+    def period_tick(self, t: float) -> int:
+        tick = self.tick_at_or_after(t)
+        return tick - 1 if self.time_of(tick) > t + 1e-6 else tick
+
     def call_after_sends(self, t: float, callback) -> None:
         self._order += 1
         due = self.time_of(self.tick_at_or_after(t))
@@ -71,6 +75,30 @@ def test_periods_run_on_the_grid_tick_at_or_before_an_absolute_schedule():
         assert now in (pytest.approx(grid), pytest.approx(grid + 0.004))  # ... but when woken
     assert clock.next_at == pytest.approx(first + 100 * PERIOD)  # no drift from lateness
     assert clock.stats.errors == 0
+
+
+class PackingTicker(FakeTicker):
+    """A ticker that packs (``Ticker.period_tick``): periods on every 4th tick at or after."""
+
+    def period_tick(self, t: float) -> int:
+        return -(-self.tick_at_or_after(t) // 4) * 4
+
+
+def test_a_packing_ticker_runs_periods_on_its_packed_ticks_at_or_after_and_not_late():
+    ticker = PackingTicker()
+    ticker.late = lambda due: 0.004  # every fire 4 ms late: a busy loop, not a stalled one
+    seen: list[float] = []
+    clock = clock_with(ticker, seen.append, catch_up_hops=4)
+    first = 0.0126  # (its packed tick is 7.4 ms after it: 11.4 ms with the fire's lateness)
+    clock.start(first)
+    ticker.advance(2.0)
+    assert len(seen) == 100
+    for k, now in enumerate(seen):
+        due = first + k * PERIOD
+        tick = now - 0.004
+        assert round(tick / GRID) % 4 == 0 and due - 1e-9 <= tick < due + 4 * GRID
+    # lateness is counted from the tick a period was armed for, not from its due time
+    assert clock.stats.late_wakeups == 0 and clock.stats.clock_stalls == 0
 
 
 def test_a_failing_period_is_logged_counted_and_the_schedule_goes_on(caplog):

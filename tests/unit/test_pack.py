@@ -1,0 +1,157 @@
+"""``--pack-below``: while the loop serves fewer sessions, new schedules and playout periods keep
+to every ``PACK_TICKS``-th tick of the 2.5 ms grid and the shared sockets are read by the fires
+while those come ``PACK_TICKS`` ticks apart or sooner; from that many sessions on, schedules
+spread over every tick. Real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from gateway.config import parse_config
+from gateway.media import ticker as ticker_module
+from gateway.media.ticker import GRID_S, PACK_TICKS, Ticker, coalesce, shared_ticker
+from gateway.net import udp_mux
+from tests.unit.test_coalesce import record_reads, wait_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+async def mux() -> AsyncIterator[udp_mux.UdpMux]:
+    m = await udp_mux.UdpMux.bind("127.0.0.1", 0)
+    yield m
+    udp_mux.poll_sockets(asyncio.get_running_loop(), False)
+    m.close()
+
+
+class Receiver:
+    def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+def every(ticker: Ticker, first_tick: int, ticks: int) -> Callable[[], None]:
+    """A callback on ``first_tick`` and every ``ticks`` ticks after (a stream's slots) until the
+    returned stop is called."""
+    running, nxt = [True], [first_tick]
+
+    def again() -> None:
+        if running[0]:
+            now_tick = ticker.tick_at_or_after(ticker.now())
+            while nxt[0] <= now_tick:
+                nxt[0] += ticks
+            ticker.call_at(ticker.time_of(nxt[0]), again)
+
+    ticker.call_at(ticker.time_of(first_tick), again)
+    return lambda: running.__setitem__(0, False)
+
+
+async def test_packing_keeps_new_schedules_and_periods_to_every_fourth_tick():
+    clock = Clock()
+    ticker = Ticker(GRID_S, clock=clock, loop=asyncio.get_running_loop(), pack_below=8)
+    assert ticker.packing and ticker.poll_sockets and ticker.poll_window == GRID_S * PACK_TICKS
+    for k in range(40):
+        t = 100.0 + k * 0.00071
+        start = ticker.tick_at_or_after(ticker.align(t))
+        assert start % PACK_TICKS == 0
+        assert t - 1e-9 <= ticker.time_of(start) < t + PACK_TICKS * GRID_S
+        period = ticker.period_tick(t)  # at or after: a repair keeps its time
+        assert period % PACK_TICKS == 0
+        assert t - 1e-9 <= ticker.time_of(period) < t + PACK_TICKS * GRID_S
+    ticker.packing = False  # (a dense loop: every tick)
+    t = ticker.time_of(5) + 0.0001
+    assert ticker.align(t) == ticker.time_of(6) and ticker.period_tick(t) == 5  # never late
+    assert ticker.period_tick(ticker.time_of(5)) == 5  # on a tick: that tick
+    plain = Ticker(GRID_S, clock=clock, loop=asyncio.get_running_loop())
+    assert not plain.packing and not plain.poll_sockets
+    assert plain.align(t) == plain.time_of(6)
+
+
+async def test_packing_stops_at_pack_below_sessions_and_resumes_below(mux):
+    ticker = Ticker(GRID_S, loop=asyncio.get_running_loop(), pack_below=2)
+    stop = every(ticker, 0, 1)
+    try:
+        first = mux.attach(Receiver(), "ufrag-1")
+        await wait_for(lambda: ticker.fired >= 2)
+        assert ticker.packing  # one session, below two
+        second = mux.attach(Receiver(), "ufrag-2")
+        assert udp_mux.sessions(asyncio.get_running_loop()) == 2
+        await wait_for(lambda: not ticker.packing)  # decided again at the next fire
+        mux.detach(second)
+        await wait_for(lambda: ticker.packing)
+        mux.detach(first)
+    finally:
+        stop()
+
+
+async def test_two_packed_phases_read_the_socket_at_their_fires(mux):
+    """Slots on ticks 0 and 4 of every 8 (fires 10 ms apart): the socket is read by the fires
+    only; one phase alone (fires 20 ms apart): read the moment a datagram comes."""
+    ticker = Ticker(GRID_S, loop=asyncio.get_running_loop(), pack_below=128)
+    reads = record_reads(mux, ticker)
+    base = ticker.tick_at_or_after(ticker.now()) + 8
+    base -= base % 8
+    stops = [every(ticker, base, 8), every(ticker, base + 4, 8)]
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        await wait_for(lambda: mux.polled)
+        sent = []
+        for _ in range(6):
+            sent.append(time.monotonic())
+            sender.sendto(b"x" * 40, mux.local_address)
+            await asyncio.sleep(0.0033)
+        await wait_for(lambda: len(reads) == 6)
+        assert all(by_fire for _, by_fire in reads) and mux.stats.polled_reads >= 1
+        assert max(r - s for (r, _), s in zip(reads, sent, strict=True)) < 0.5  # (not held)
+        stops.pop()()  # phase 4 ends: one fire a frame
+        await wait_for(lambda: not mux.polled)
+        sender.sendto(b"y" * 40, mux.local_address)
+        await wait_for(lambda: len(reads) == 7)
+        assert reads[-1][1] is False  # by the selector, at once
+    finally:
+        for stop in stops:
+            stop()
+        sender.close()
+
+
+async def test_the_loops_ticker_packs_on_the_default_grid_only():
+    loop = asyncio.get_running_loop()
+    try:
+        coalesce(loop, 0, 128)
+        ticker = shared_ticker()
+        assert ticker.period == GRID_S and ticker.pack_below == 128 and ticker.poll_sockets
+        assert shared_ticker() is ticker
+        coalesce(loop, 0.010, 128)  # a coarse grid packs by itself
+        coarse = shared_ticker()
+        assert coarse.period == 0.010 and coarse.pack_below == 0 and not coarse.packing
+        coalesce(loop, 0, 0)
+        plain = shared_ticker()
+        assert plain.pack_below == 0 and not plain.poll_sockets
+        with pytest.raises(ValueError, match="sessions"):
+            coalesce(loop, 0, -1)
+    finally:
+        coalesce(loop, 0)
+        ticker_module._TICKERS.pop(loop, None)
+
+
+def test_the_flag_takes_a_number_of_sessions(capsys):
+    assert parse_config([], {}).pack_below == 128
+    assert parse_config(["--pack-below", "0"], {}).pack_below == 0
+    assert parse_config([], {"GATEWAY_PACK_BELOW": "16"}).pack_below == 16
+    with pytest.raises(SystemExit):
+        parse_config(["--pack-below", "-3"], {})
+    assert "0 or more" in capsys.readouterr().err
