@@ -41,23 +41,23 @@ def _workers(value: str) -> int:
             if hasattr(os, "sched_getaffinity")
             else (os.cpu_count() or 1)
         )
+    return _int_within(value, "a number or 'auto'", 1, None, "at least 1")
+
+
+def _int_within(value: str, what: str, low: int, high: int | None, bounds: str) -> int:
+    """``value`` as an int in [low, high] (``high`` None: no upper bound), else argparse's
+    error: "'x' is not <what>" or ``bounds``."""
     try:
         n = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number or 'auto'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("at least 1")
+        raise argparse.ArgumentTypeError(f"{value!r} is not {what}") from None
+    if n < low or (high is not None and n > high):
+        raise argparse.ArgumentTypeError(bounds)
     return n
 
 
 def _udp_port(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
-    if not 0 <= n <= 65535:
-        raise argparse.ArgumentTypeError("0..65535")
-    return n
+    return _int_within(value, "a port number", 0, 65535, "0..65535")
 
 
 def _coalesce_ms(value: str) -> float:
@@ -73,13 +73,7 @@ def _coalesce_ms(value: str) -> float:
 
 
 def _sessions(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of sessions") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError("a number of sessions, 0 or more")
-    return n
+    return _int_within(value, "a number of sessions", 0, None, "a number of sessions, 0 or more")
 
 
 def _prefix(value: str) -> str:

@@ -7,24 +7,15 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from gateway.config import parse_config
-from gateway.media import ticker as ticker_module
 from gateway.media.ticker import GRID_S, Ticker, coalesce, shared_ticker
 from gateway.net import udp_mux
 
 PERIOD = 0.010
-
-
-@pytest.fixture
-async def mux() -> AsyncIterator[udp_mux.UdpMux]:
-    m = await udp_mux.UdpMux.bind("127.0.0.1", 0)
-    yield m
-    udp_mux.poll_sockets(asyncio.get_running_loop(), False)
-    m.close()
 
 
 def record_reads(m: udp_mux.UdpMux, ticker: Ticker) -> list[tuple[float, bool]]:
@@ -126,27 +117,30 @@ async def test_a_socket_bound_while_polled_starts_polled_and_closes_cleanly(mux)
         sender.close()
 
 
-async def test_coalesce_sets_the_loops_grid_and_refuses_a_grid_not_dividing_a_frame():
-    loop = asyncio.get_running_loop()
-    try:
-        coalesce(loop, 0.010)
-        ticker = shared_ticker()
-        assert ticker.period == 0.010 and ticker.poll_sockets
-        assert shared_ticker() is ticker
-        with pytest.raises(ValueError, match="coalescing grid"):
-            coalesce(loop, 0.007)
-        coalesce(loop, 0)
-        default = shared_ticker()
-        assert default.period == GRID_S and not default.poll_sockets
-    finally:
-        coalesce(loop, 0)
-        ticker_module._TICKERS.pop(loop, None)
+async def test_coalesce_sets_the_loops_grid_and_refuses_a_grid_not_dividing_a_frame(
+        loop_settings):
+    coalesce(loop_settings, 0.010)
+    ticker = shared_ticker()
+    assert ticker.period == 0.010 and ticker.poll_sockets
+    assert shared_ticker() is ticker
+    with pytest.raises(ValueError, match="coalescing grid"):
+        coalesce(loop_settings, 0.007)
+    coalesce(loop_settings, 0)
+    default = shared_ticker()
+    assert default.period == GRID_S and not default.poll_sockets
 
 
-def test_the_flag_takes_the_grids_that_divide_a_frame(capsys):
-    assert parse_config([], {}).coalesce_ms == 0
-    assert parse_config(["--coalesce-ms", "10"], {}).coalesce_ms == 10
-    assert parse_config([], {"GATEWAY_COALESCE_MS": "2.5"}).coalesce_ms == 2.5
+@pytest.mark.parametrize(("field", "default", "flag", "env", "refused", "says"), [
+    ("coalesce_ms", 0, ("--coalesce-ms", "10", 10), ("GATEWAY_COALESCE_MS", "2.5", 2.5), "7",
+     "one of 0, 2.5, 5, 10, 20"),
+    ("pack_below", 128, ("--pack-below", "0", 0), ("GATEWAY_PACK_BELOW", "16", 16), "-3",
+     "0 or more"),
+])
+def test_the_flags_take_their_values_and_refuse_others(capsys, field, default, flag, env,
+                                                       refused, says):
+    assert getattr(parse_config([], {}), field) == default
+    assert getattr(parse_config(list(flag[:2]), {}), field) == flag[2]
+    assert getattr(parse_config([], {env[0]: env[1]}), field) == env[2]
     with pytest.raises(SystemExit):
-        parse_config(["--coalesce-ms", "7"], {})
-    assert "one of 0, 2.5, 5, 10, 20" in capsys.readouterr().err
+        parse_config([flag[0], refused], {})
+    assert says in capsys.readouterr().err

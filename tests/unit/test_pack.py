@@ -8,13 +8,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from gateway.config import parse_config
-from gateway.media import ticker as ticker_module
 from gateway.media.ticker import GRID_S, PACK_TICKS, Ticker, coalesce, shared_ticker
 from gateway.net import udp_mux
 from tests.unit.test_coalesce import record_reads, wait_for
@@ -26,14 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-@pytest.fixture
-async def mux() -> AsyncIterator[udp_mux.UdpMux]:
-    m = await udp_mux.UdpMux.bind("127.0.0.1", 0)
-    yield m
-    udp_mux.poll_sockets(asyncio.get_running_loop(), False)
-    m.close()
 
 
 class Receiver:
@@ -128,30 +118,18 @@ async def test_two_packed_phases_read_the_socket_at_their_fires(mux):
         sender.close()
 
 
+@pytest.mark.usefixtures("loop_settings")
 async def test_the_loops_ticker_packs_on_the_default_grid_only():
     loop = asyncio.get_running_loop()
-    try:
-        coalesce(loop, 0, 128)
-        ticker = shared_ticker()
-        assert ticker.period == GRID_S and ticker.pack_below == 128 and ticker.poll_sockets
-        assert shared_ticker() is ticker
-        coalesce(loop, 0.010, 128)  # a coarse grid packs by itself
-        coarse = shared_ticker()
-        assert coarse.period == 0.010 and coarse.pack_below == 0 and not coarse.packing
-        coalesce(loop, 0, 0)
-        plain = shared_ticker()
-        assert plain.pack_below == 0 and not plain.poll_sockets
-        with pytest.raises(ValueError, match="sessions"):
-            coalesce(loop, 0, -1)
-    finally:
-        coalesce(loop, 0)
-        ticker_module._TICKERS.pop(loop, None)
-
-
-def test_the_flag_takes_a_number_of_sessions(capsys):
-    assert parse_config([], {}).pack_below == 128
-    assert parse_config(["--pack-below", "0"], {}).pack_below == 0
-    assert parse_config([], {"GATEWAY_PACK_BELOW": "16"}).pack_below == 16
-    with pytest.raises(SystemExit):
-        parse_config(["--pack-below", "-3"], {})
-    assert "0 or more" in capsys.readouterr().err
+    coalesce(loop, 0, 128)
+    ticker = shared_ticker()
+    assert ticker.period == GRID_S and ticker.pack_below == 128 and ticker.poll_sockets
+    assert shared_ticker() is ticker
+    coalesce(loop, 0.010, 128)  # a coarse grid packs by itself
+    coarse = shared_ticker()
+    assert coarse.period == 0.010 and coarse.pack_below == 0 and not coarse.packing
+    coalesce(loop, 0, 0)
+    plain = shared_ticker()
+    assert plain.pack_below == 0 and not plain.poll_sockets
+    with pytest.raises(ValueError, match="sessions"):
+        coalesce(loop, 0, -1)
