@@ -9,8 +9,9 @@ share one or two ticks. Waiters are futures; a cancelled waiter is simply skippe
 While the process is sparse (fewer sessions than ``pack_below``) a new stream's schedule is
 packed onto every ``PACK_TICKS``-th tick (a 10 ms grid: two ticks a frame) and the shared UDP
 sockets are read by the fires, so a talker's datagram shares a wake-up with the others' and with
-the sends; a dense process spreads its new streams over every tick, whose bursts stay small
-(docs/density.md, "Packed phases").
+the sends; a dense process spreads its new streams over the other ticks until they hold as
+many, then over every tick, so its bursts stay even and small (docs/density.md, "Packed
+phases").
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class Ticker:
         ``PACK_TICKS``), the loop's shared UDP sockets are off its selector and every fire reads
         them first (``--coalesce-ms``, ``--pack-below``). ``pack_below``: while the loop's shared
         sockets serve fewer sessions (``udp_mux.sessions``, read at every fire), ``align`` and
-        ``period_tick`` keep to every ``PACK_TICKS``-th tick; 0: never."""
+        ``period_tick`` keep to every ``PACK_TICKS``-th tick, and from there to ``PACK_TICKS``
+        times as many new schedules avoid those ticks (``filling``); 0: never."""
         if period <= 0:
             raise ValueError("period must be positive")
         self.period = period
@@ -80,6 +82,8 @@ class Ticker:
         self.firing = False  # inside ``_fire``: only then may a tick's senders share a stamp
         self.pack_below = pack_below
         self.packing = pack_below > 0  # new schedules keep to every PACK_TICKS-th tick now
+        self.filling = False  # dense, the packed ticks hold their share: new ones go elsewhere
+        self._fill_turn = 0
         self.poll_sockets = poll_sockets or pack_below > 0
         self.poll_window = period * (PACK_TICKS if pack_below > 0 else 1)
         self.polling = False  # the shared sockets are read by the fires now
@@ -95,10 +99,14 @@ class Ticker:
 
     def align(self, t: float) -> float:
         """The first grid time at or after ``t`` where a new schedule starts: every
-        ``PACK_TICKS``-th tick while ``packing``."""
+        ``PACK_TICKS``-th tick while ``packing``; any other tick while ``filling``."""
         tick = self.tick_at_or_after(t)
         if self.packing:
             tick = -(-tick // PACK_TICKS) * PACK_TICKS
+        elif self.filling and tick % PACK_TICKS == 0:
+            # one of the PACK_TICKS - 1 ticks after it, in turn: each gets as many
+            self._fill_turn = (self._fill_turn + 1) % (PACK_TICKS - 1)
+            tick += 1 + self._fill_turn
         return self.time_of(tick)
 
     def period_tick(self, t: float) -> int:
@@ -227,7 +235,12 @@ class Ticker:
         Packing is decided again here, at every fire, from the loop's sessions."""
         loop = self._loop or asyncio.get_running_loop()
         if self.pack_below:
-            self.packing = udp_mux.sessions(loop) < self.pack_below
+            # the packed ticks took the first pack_below streams: half each, as many as every
+            # other tick holds once pack_below * PACK_TICKS are served, so until then new
+            # streams fill the others (a dense gateway's ticks even: small bursts)
+            sessions = udp_mux.sessions(loop)
+            self.packing = sessions < self.pack_below
+            self.filling = not self.packing and sessions < self.pack_below * PACK_TICKS
         heap = self._heap
         polling = bool(heap) and (
             self.time_of(heap[0]) - self._clock() <= self.poll_window + FIRE_SLACK_S + EPSILON)

@@ -71,6 +71,20 @@ async def test_packing_keeps_new_schedules_and_periods_to_every_fourth_tick():
     assert plain.align(t) == plain.time_of(6)
 
 
+async def test_filling_spreads_new_schedules_evenly_over_the_other_ticks():
+    clock = Clock()
+    ticker = Ticker(GRID_S, clock=clock, loop=asyncio.get_running_loop(), pack_below=8)
+    ticker.packing, ticker.filling = False, True  # (past pack_below sessions)
+    counts = [0] * 8
+    for k in range(8 * 300):  # arrivals at every phase alike
+        t = ticker.time_of(k) - 0.0001
+        start = ticker.tick_at_or_after(ticker.align(t))
+        assert t <= ticker.time_of(start) < t + PACK_TICKS * GRID_S
+        counts[start % 8] += 1
+    assert counts[0] == counts[4] == 0  # the packed ticks hold their share already
+    assert counts[1:4] + counts[5:8] == [400] * 6  # every other tick as many
+
+
 async def test_packing_stops_at_pack_below_sessions_and_resumes_below(mux):
     ticker = Ticker(GRID_S, loop=asyncio.get_running_loop(), pack_below=2)
     stop = every(ticker, 0, 1)
@@ -81,6 +95,12 @@ async def test_packing_stops_at_pack_below_sessions_and_resumes_below(mux):
         second = mux.attach(Receiver(), "ufrag-2")
         assert udp_mux.sessions(asyncio.get_running_loop()) == 2
         await wait_for(lambda: not ticker.packing)  # decided again at the next fire
+        assert ticker.filling  # two sessions, below 2 * PACK_TICKS: the other ticks first
+        more = [mux.attach(Receiver(), f"ufrag-{k}") for k in range(3, 2 * PACK_TICKS + 1)]
+        await wait_for(lambda: not ticker.filling)  # as many as the packed ticks: any tick
+        assert not ticker.packing
+        for endpoint in more:
+            mux.detach(endpoint)
         mux.detach(second)
         await wait_for(lambda: ticker.packing)
         mux.detach(first)
