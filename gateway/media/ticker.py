@@ -109,6 +109,10 @@ class Ticker:
             tick += 1 + self._fill_turn
         return self.time_of(tick)
 
+    def grid_time(self, t: float) -> float:
+        """The first grid time at or after ``t``, every tick (``align`` may keep to fewer)."""
+        return self.time_of(self.tick_at_or_after(t))
+
     def period_tick(self, t: float) -> int:
         """The grid tick a playout period due at ``t`` runs on: the last at or before ``t``
         (never late). While ``packing``, the first of every ``PACK_TICKS``-th at or after it:

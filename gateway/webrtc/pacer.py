@@ -25,8 +25,8 @@ class PacerStats:
 class PacingClock:
     """The absolute 20 ms schedule of one stream."""
 
-    __slots__ = ("_align", "_origin", "_sleep", "_slot", "clock", "max_lateness", "period",
-                 "stats")
+    __slots__ = ("_align", "_origin", "_realign", "_sleep", "_slot", "clock", "max_lateness",
+                 "period", "stats")
 
     def __init__(
         self,
@@ -35,7 +35,11 @@ class PacingClock:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         align: Callable[[float], float] | None = None,
+        realign: Callable[[float], float] | None = None,
     ) -> None:
+        """``align`` snaps where the schedule starts (and restarts after a stall) to a shared
+        grid; ``realign`` (default ``align``) where ``reopen_last`` restarts it: the nearest
+        grid time, where ``align`` may keep to fewer ticks (``Ticker.align`` while packing)."""
         if period <= 0:
             raise ValueError("period must be positive")
         self.period = period
@@ -43,6 +47,7 @@ class PacingClock:
         self.clock = clock
         self._sleep = sleep
         self._align = align  # snaps the schedule's origin to a shared grid (see Ticker)
+        self._realign = realign or align
         self._origin: float | None = None
         self._slot = 0  # index of the next slot to be released
         self.stats = PacerStats()
@@ -89,7 +94,7 @@ class PacingClock:
         if self._origin is None or self._slot == 0:
             return 0.0
         self._slot -= 1
-        due = self._align(at) if self._align is not None else at
+        due = self._realign(at) if self._realign is not None else at
         shift = due - (self._origin + self._slot * self.period)
         self._origin = due - self._slot * self.period
         return shift

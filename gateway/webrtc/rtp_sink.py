@@ -91,7 +91,9 @@ class RtpSink:
         self.ticker = ticker
         if pacer is None:
             assert ticker is not None, "a sink needs a ticker or its own pacer"
-            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.clock, align=ticker.align)
+            # (a DTX talkspurt restarts on the next tick, packed or not: it is sent at once)
+            pacer = PacingClock(period=FRAME_MS / 1000, clock=ticker.clock, align=ticker.align,
+                                realign=ticker.grid_time)
         self.pacer = pacer
         self.stats = SendStats()
         self.drop_first_tx: Callable[[bytes], bool] | None = None
