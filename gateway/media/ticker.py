@@ -6,12 +6,12 @@ tick anyone waits for; every stream whose slot falls on that tick is released by
 callback. Streams align their schedules to the grid (``align``), so at any moment most waiters
 share one or two ticks. Waiters are futures; a cancelled waiter is simply skipped.
 
-While the process is sparse (fewer sessions than ``pack_below``) a new stream's schedule is
-packed onto every ``PACK_TICKS``-th tick (a 10 ms grid: two ticks a frame) and the shared UDP
-sockets are read by the fires, so a talker's datagram shares a wake-up with the others' and with
-the sends; a dense process spreads its new streams over the other ticks until they hold as
-many, then over every tick, so its bursts stay even and small (docs/density.md, "Packed
-phases").
+While the process is sparse (fewer sessions than ``pack_below``) a new stream's schedule is packed
+onto every ``PACK_TICKS``-th tick (a 10 ms grid: two ticks a frame) and the shared UDP sockets are
+read by the fires, so a talker's datagram shares a wake-up with the others' and with the sends (a
+dense one reads them when readable, as before); a dense process spreads its new streams over the
+other ticks until they hold as many, then over every tick, so its bursts stay even and small
+(docs/density.md, "Packed phases").
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ class Ticker:
     ) -> None:
         """``poll_sockets``: while a fire is due within ``poll_window`` (a grid tick; packing:
         ``PACK_TICKS``), the loop's shared UDP sockets are off its selector and every fire reads
-        them first (``--coalesce-ms``, ``--pack-below``). ``pack_below``: while the loop's shared
-        sockets serve fewer sessions (``udp_mux.sessions``, read at every fire), ``align`` and
-        ``period_tick`` keep to every ``PACK_TICKS``-th tick, and from there to ``PACK_TICKS``
-        times as many new schedules avoid those ticks (``filling``); 0: never."""
+        them first (``--coalesce-ms``; ``--pack-below``: while it packs). ``pack_below``: while the
+        loop's shared sockets serve fewer sessions (``udp_mux.sessions``, read at every fire),
+        ``align`` and ``period_tick`` keep to every ``PACK_TICKS``-th tick, and from there to
+        ``PACK_TICKS`` times as many new schedules avoid those ticks (``filling``); 0: never."""
         if period <= 0:
             raise ValueError("period must be positive")
         self.period = period
@@ -236,7 +236,10 @@ class Ticker:
     def _poll_or_not(self) -> None:
         """Sockets read by the fires while the next fire is due within ``poll_window`` (and
         its slack): a busy grid; else back on the selector, read the moment a datagram comes.
-        Packing is decided again here, at every fire, from the loop's sessions."""
+        Packing is decided again here, at every fire, from the loop's sessions; a ticker that
+        packs reads at its fires only while it packs. A dense one, woken every tick anyway,
+        reads between them: its listeners' NACKs (a thousand a second at 2 % loss) answered
+        at the start of a fire delayed that fire's sends (measured: docs/density.md)."""
         loop = self._loop or asyncio.get_running_loop()
         if self.pack_below:
             # the packed ticks took the first pack_below streams: half each, as many as every
@@ -246,7 +249,7 @@ class Ticker:
             self.packing = sessions < self.pack_below
             self.filling = not self.packing and sessions < self.pack_below * PACK_TICKS
         heap = self._heap
-        polling = bool(heap) and (
+        polling = bool(heap) and (not self.pack_below or self.packing) and (
             self.time_of(heap[0]) - self._clock() <= self.poll_window + FIRE_SLACK_S + EPSILON)
         if polling != self.polling:
             self.polling = polling

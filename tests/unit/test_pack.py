@@ -92,17 +92,19 @@ async def test_packing_stops_at_pack_below_sessions_and_resumes_below(mux):
         first = mux.attach(Receiver(), "ufrag-1")
         await wait_for(lambda: ticker.fired >= 2)
         assert ticker.packing  # one session, below two
+        await wait_for(lambda: mux.polled)  # packing, and a fire every tick: read by fires
         second = mux.attach(Receiver(), "ufrag-2")
         assert udp_mux.sessions(asyncio.get_running_loop()) == 2
         await wait_for(lambda: not ticker.packing)  # decided again at the next fire
         assert ticker.filling  # two sessions, below 2 * PACK_TICKS: the other ticks first
+        await wait_for(lambda: not mux.polled)  # dense: read when readable, between fires
         more = [mux.attach(Receiver(), f"ufrag-{k}") for k in range(3, 2 * PACK_TICKS + 1)]
         await wait_for(lambda: not ticker.filling)  # as many as the packed ticks: any tick
         assert not ticker.packing
         for endpoint in more:
             mux.detach(endpoint)
         mux.detach(second)
-        await wait_for(lambda: ticker.packing)
+        await wait_for(lambda: ticker.packing and mux.polled)
         mux.detach(first)
     finally:
         stop()
