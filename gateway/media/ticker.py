@@ -323,12 +323,14 @@ def check_coalesce_grid(grid_s: float) -> float:
 
 
 def coalesce(loop: asyncio.AbstractEventLoop, grid_s: float, pack_below: int = 0) -> None:
-    """``--coalesce-ms``: the shared ticker of ``loop`` made from now on has a grid of
-    ``grid_s`` (one of ``COALESCE_GRIDS_S``) and reads the shared UDP sockets at its fires
-    while it is busy; 0: ``GRID_S``, where ``pack_below`` (``--pack-below``, ignored on a
-    coarser grid) packs new schedules while the loop serves fewer sessions (``Ticker``), and
-    0 too is the gateway without either (sockets read when readable). Streams already on the
-    loop's ticker stay on it; the app calls this before it serves."""
+    """What the shared ticker of ``loop`` made from now on does; the app calls this before it
+    serves (streams already on the loop's ticker stay on it).
+
+    - ``grid_s`` (``--coalesce-ms``, one of ``COALESCE_GRIDS_S``): a grid that long, the shared
+      UDP sockets read at its fires while it is busy; ``pack_below`` is then ignored.
+    - ``grid_s`` 0 and ``pack_below`` N (``--pack-below``): the ``GRID_S`` grid, packed while
+      the loop serves fewer than N sessions (``Ticker``).
+    - both 0: the ``GRID_S`` grid, unpacked, the sockets read when readable."""
     if pack_below < 0:
         raise ValueError("pack_below is a number of sessions, 0 or more")
     if check_coalesce_grid(grid_s) or pack_below:
