@@ -173,11 +173,12 @@ def drain(count: int, core: int | None) -> None:
                 pass
 
 
-def gcm_session(in_c: bool = False) -> pylibsrtp.Session:
+def gcm_session(in_c: bool = False, direct: bool = True) -> pylibsrtp.Session:
     """An outbound SRTP session as aiortc makes its sender's (rtcdtlstransport.py): the profile
     two aiortc peers negotiate (its first), a 1,024-packet replay window, repeats allowed (a
     retransmission is protected again). ``in_c``: as the gateway makes it (``TxSession``: its
-    RTP protected by net/srtp_tx.py), where that builds."""
+    RTP protected by net/srtp_tx.py), where that builds; ``direct=False``: its cipher calls
+    through EVP (``--srtp-sender c-evp``)."""
     from aiortc.rtcdtlstransport import SRTP_PROFILES
 
     profile = SRTP_PROFILES[0]
@@ -188,7 +189,7 @@ def gcm_session(in_c: bool = False) -> pylibsrtp.Session:
     policy.window_size = 1024
     module = srtp_tx.load() if in_c else None
     if module is not None:
-        return aiortc_compat.TxSession(policy, module, srtp_tx.crypto())
+        return aiortc_compat.TxSession(policy, module, srtp_tx.crypto(), direct)
     return pylibsrtp.Session(policy)
 
 
@@ -223,12 +224,13 @@ def _fanout(streams: int, drain_core: int | None
 
 
 def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced: bool = True,
-                     one_destination: bool = False, srtp_c: bool = False
+                     one_destination: bool = False, srtp_c: bool = False, direct: bool = True
                      ) -> dict[str, float] | None:
     """``measure_fanout`` with no Python between the calls (bench/floor_c.py): the tick's
     SRTP calls and its ``sendmmsg`` from C. ``paced=False``: back to back;
     ``one_destination``: every stream to the drainer's first socket; ``srtp_c``: SRTP by the
-    gateway's own C (``net/srtp_tx.py``, the same profile) instead of libsrtp. None where the C
+    gateway's own C (``net/srtp_tx.py``, the same profile; ``direct=False``: through EVP)
+    instead of libsrtp. None where the C
     does not build or libsrtp's entry point is not found."""
     module = floor_c.load()
     protect = aiortc_compat.srtp_protect_address()
@@ -238,7 +240,7 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
         raw = [sendmmsg.sockaddr_bytes(("127.0.0.1", ports[0] if one_destination else port))
                for port in ports]
         names = b"".join(r for r in raw if r is not None)
-        sessions = [gcm_session(srtp_c) for _ in ports]  # kept alive for the C's pointers
+        sessions = [gcm_session(srtp_c, direct) for _ in ports]  # kept alive for the C's pointers
         handles = [aiortc_compat.srtp_protect_handle(s, 0x1234ABCD) for s in sessions]
         if any(h is None for h in handles):
             return None
@@ -308,6 +310,11 @@ def fanout_floor(streams: int, seconds: float, drain_core: int | None,
         if all(own):
             best["floor_fanout_srtp_c"] = min(r["floor_fanout"] for r in own if r)
             best["srtp_fanout_srtp_c"] = min(r["srtp_fanout"] for r in own if r)
+        if srtp_tx.direct():  # the direct cipher calls' worth: the same C through EVP
+            evp = [measure_fanout_c(streams, seconds, drain_core, srtp_c=True, direct=False)
+                   for _ in range(repeat)]
+            if all(evp):
+                best["srtp_fanout_srtp_c_evp"] = min(r["srtp_fanout"] for r in evp if r)
         return {"how": "c", **best}
     runs = [measure_fanout(streams, seconds, drain_core) for _ in range(repeat)]
     return {"how": "python", **min(runs, key=lambda t: t["floor_fanout"])}
@@ -438,7 +445,10 @@ def main() -> None:
               f"drainer; best of {args.repeat})"
               + (f"; from C back to back to one destination: {hot:.2f}" if hot else "")
               + (f"; with the gateway's C SRTP: {split['floor_fanout_srtp_c']:.2f} (SRTP "
-                 f"{split['srtp_fanout_srtp_c']:.2f})" if "floor_fanout_srtp_c" in split else ""))
+                 f"{split['srtp_fanout_srtp_c']:.2f}" if "floor_fanout_srtp_c" in split else "")
+              + (f", through EVP {split['srtp_fanout_srtp_c_evp']:.2f}"
+                 if "srtp_fanout_srtp_c_evp" in split else "")
+              + (")" if "floor_fanout_srtp_c" in split else ""))
     print("target (issue 28): the gateway's µs/packet ÷ floor ≤ 2.0")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,18 +42,32 @@ async def test_the_default_protects_in_c_and_the_client_hears_it(gateway, monkey
         import aiortc.rtcdtlstransport as dtls
 
         monkeypatch.setattr(dtls, "SRTP_PROFILES", [dtls.SRTP_AES128_CM_SHA1_80])
-    assert (await health(gateway))["srtp_sender"] == {"mode": "c", "reason": ""}
+    assert (await health(gateway))["srtp_sender"] == {
+        "mode": "c", "reason": "", "cipher": srtp_tx.cipher_path()}
     session, packets = await hear(gateway)
-    assert type(session) is TxSession
+    assert type(session) is TxSession and session._gw_direct
     assert session._gw_profile == (1 if profile.startswith("AES_CM") else 8)
     seqs = [p.seq for p in packets]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # every packet decrypted
     assert any(p.payload != packets[0].payload for p in packets)  # speech, not only silence
 
 
+@pytest.mark.skipif(srtp_tx.load() is None, reason="no compiler or libcrypto")
+async def test_c_through_evp_on_request(start_gateway):
+    """``--srtp-sender c-evp``: the C's state, every cipher call through EVP (the comparison
+    for the direct calls); the client still hears every packet."""
+    gateway = await start_gateway(srtp_sender="c-evp")
+    assert (await health(gateway))["srtp_sender"] == {"mode": "c", "reason": "", "cipher": "evp"}
+    session, packets = await hear(gateway)
+    assert type(session) is TxSession and not session._gw_direct
+    seqs = [p.seq for p in packets]
+    assert len(seqs) >= 25 and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
 async def test_libsrtp_on_request(start_gateway):
     gateway = await start_gateway(srtp_sender="libsrtp")
     assert (await health(gateway))["srtp_sender"]["mode"] == "libsrtp"
+    assert (await health(gateway))["srtp_sender"]["cipher"] == "libsrtp"
     session, packets = await hear(gateway)
     assert type(session) is pylibsrtp.Session
     assert len(packets) >= 25

@@ -211,11 +211,13 @@ class TxSession(pylibsrtp.Session):
     compiled senders, NACK answers -- never libsrtp too, so one index estimate exists per SSRC.
     The bytes are libsrtp's (tests/unit/test_srtp_tx.py)."""
 
-    def __init__(self, policy: pylibsrtp.Policy, module: Any, crypto: Any) -> None:
+    def __init__(self, policy: pylibsrtp.Policy, module: Any, crypto: Any,
+                 use_direct: bool = True) -> None:
         super().__init__(policy)
         self._gw_master = bytes(policy.key or b"")  # (install's factory: never without a key)
         self._gw_profile = policy.srtp_profile
         self._gw_module, self._gw_crypto = module, crypto
+        self._gw_direct = use_direct  # (srtp_tx's direct cipher calls where it has them)
         self._gw_senders: dict[int, srtp_tx.SrtpTx] = {}
 
     def sender(self, ssrc: int) -> srtp_tx.SrtpTx:
@@ -226,7 +228,8 @@ class TxSession(pylibsrtp.Session):
             if len(self._gw_senders) >= MAX_TX_SSRCS:
                 raise pylibsrtp.Error("too many outbound SSRCs on one SRTP session")
             tx = self._gw_senders[ssrc] = srtp_tx.SrtpTx(
-                self._gw_module, self._gw_crypto, self._gw_profile, self._gw_master)
+                self._gw_module, self._gw_crypto, self._gw_profile, self._gw_master,
+                self._gw_direct)
         return tx
 
     def protect(self, packet: bytes) -> bytes:
@@ -241,25 +244,34 @@ _ORIGINAL_SESSION = aiortc.rtcdtlstransport.Session
 def install_srtp_sender(mode: str) -> tuple[str, str]:
     """``--srtp-sender``: make aiortc's ``_setup_srtp`` create its outbound session of a profile
     ``srtp_tx`` does (AES-GCM, AES-CM with HMAC-SHA1) as a ``TxSession`` (``c``; ``auto``: where
-    ``srtp_tx`` builds and finds OpenSSL's functions) or a plain libsrtp one (``libsrtp``).
-    Process-wide, for sessions set up from now on. Returns (``c`` or ``libsrtp``, why not
-    ``c``); ``c`` raises RuntimeError where it cannot be had."""
+    ``srtp_tx`` builds and finds OpenSSL's functions; ``c-evp``: ``c`` with every cipher call
+    through EVP) or a plain libsrtp one (``libsrtp``). Process-wide, for sessions set up from
+    now on. Returns (``c`` or ``libsrtp``, why not ``c``); ``c`` and ``c-evp`` raise
+    RuntimeError where they cannot be had."""
     module = srtp_tx.load() if mode != "libsrtp" else None
     if module is None:
         aiortc.rtcdtlstransport.Session = _ORIGINAL_SESSION  # type: ignore[misc]
-        if mode == "c":
-            raise RuntimeError("--srtp-sender c: the module or OpenSSL's functions are unavailable")
+        if mode in ("c", "c-evp"):
+            raise RuntimeError(f"--srtp-sender {mode}: the module or OpenSSL's functions are "
+                               "unavailable")
         return "libsrtp", "--srtp-sender libsrtp" if mode == "libsrtp" else "unavailable"
     crypto = srtp_tx.crypto()
+    use_direct = mode != "c-evp"
 
     def session(policy: pylibsrtp.Policy | None = None) -> pylibsrtp.Session:
         if (policy is not None and policy.ssrc_type == pylibsrtp.Policy.SSRC_ANY_OUTBOUND
                 and policy.srtp_profile in srtp_tx.PROFILES and policy.key is not None):
-            return TxSession(policy, module, crypto)
+            return TxSession(policy, module, crypto, use_direct)
         return _ORIGINAL_SESSION(policy)
 
     aiortc.rtcdtlstransport.Session = session  # type: ignore[misc, assignment]
     return "c", ""
+
+
+def srtp_cipher_path(mode: str) -> str:
+    """What ``install_srtp_sender(mode)``'s sessions run their ciphers on: ``aes-ni`` (OpenSSL's
+    GCM128 and AES-NI functions called directly) or ``evp``."""
+    return srtp_tx.cipher_path(use_direct=mode != "c-evp")
 
 
 def _srtp_sender_problems() -> list[str]:

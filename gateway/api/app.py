@@ -95,7 +95,9 @@ def create_app(config: GatewayConfig, voices: VoiceRegistry | None = None) -> we
                            use_sendmmsg=config.udp_sendmmsg, compiled=compiled,
                            send_path_reason=reason)
     srtp_mode, srtp_reason = aiortc_compat.install_srtp_sender(config.srtp_sender)
-    app[SRTP_SENDER] = {"mode": srtp_mode, "reason": srtp_reason}
+    app[SRTP_SENDER] = {"mode": srtp_mode, "reason": srtp_reason,
+                        "cipher": aiortc_compat.srtp_cipher_path(config.srtp_sender)
+                        if srtp_mode == "c" else "libsrtp"}
     METRICS.udp_mux.source = udp_mux.stats if udp_mux is not None else None
     METRICS.ice_consent.source = aiortc_compat.CONSENT.as_json
     app[REGISTRY] = SessionRegistry(

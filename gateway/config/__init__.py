@@ -212,8 +212,11 @@ class GatewayConfig:
         "auto",
         "who SRTP-protects outbound RTP (AES-GCM and AES-CM/HMAC-SHA1 sessions): c "
         "(net/srtp_tx.py: libsrtp's bytes, a stream's state in one block, built at install or "
-        "first start; an error if it cannot be), libsrtp, auto (c where it builds; in /healthz)",
-        choices=("auto", "c", "libsrtp"),
+        "first start, OpenSSL's AES-NI and GCM functions called directly where pylibsrtp's "
+        "OpenSSL exports them; an error if it cannot be), c-evp (c with every cipher call "
+        "through OpenSSL's EVP, as before the direct calls), libsrtp, auto (c where it builds; "
+        "the choice and the cipher path in /healthz)",
+        choices=("auto", "c", "c-evp", "libsrtp"),
         group=NET,
     )
     ice_hosts: tuple[str, ...] = opt(

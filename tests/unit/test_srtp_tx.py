@@ -8,7 +8,9 @@ SSRC_ANY_OUTBOUND, a 1,024-packet window, repeats allowed) on the same master ke
 from __future__ import annotations
 
 import os
+import platform
 import random
+from pathlib import Path
 
 import pylibsrtp
 import pytest
@@ -29,8 +31,29 @@ def libsrtp_session(profile: int, master: bytes) -> pylibsrtp.Session:
     return pylibsrtp.Session(policy)
 
 
-def own_sender(profile: int, master: bytes) -> srtp_tx.SrtpTx:
-    return srtp_tx.SrtpTx(srtp_tx.load(), srtp_tx.crypto(), profile, master)
+@pytest.fixture(params=["aes-ni", "evp"])
+def cipher_path(request: pytest.FixtureRequest) -> str:
+    """Both ways the C runs its ciphers: OpenSSL's GCM128 and AES-NI functions called
+    directly, and every call through EVP (where the direct ones are missing)."""
+    if request.param == "aes-ni" and not srtp_tx.direct():
+        pytest.skip("no direct path here: OpenSSL's AES-NI functions or the CPU's AES-NI")
+    return str(request.param)
+
+
+def own_sender(profile: int, master: bytes, path: str) -> srtp_tx.SrtpTx:
+    return srtp_tx.SrtpTx(srtp_tx.load(), srtp_tx.crypto(), profile, master,
+                          use_direct=path == "aes-ni")
+
+
+def test_the_direct_path_is_found_on_a_cpu_with_aes_ni() -> None:
+    """pylibsrtp's wheel exports OpenSSL's GCM128 and AES-NI functions (``srtp_tx.DIRECT``);
+    on an x86 CPU with AES-NI the direct path is on. Fails loudly when an upgrade of the
+    wheel hides them (the session then still works, through EVP, only slower)."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    if platform.machine() not in ("x86_64", "AMD64") or " aes" not in flags:
+        pytest.skip("not an x86 CPU with AES-NI")
+    assert srtp_tx.direct() and srtp_tx.cipher_path() == "aes-ni"
+    assert srtp_tx.cipher_path(use_direct=False) == "evp"
 
 
 def packet(seq: int, ssrc: int = 0x12345678, payload: bytes = b"\x01\x02\x03",
@@ -53,9 +76,10 @@ def outcome(protect, data: bytes) -> bytes | str:  # type: ignore[no-untyped-def
 
 @pytest.mark.parametrize("profile", sorted(srtp_tx.PROFILES))
 @pytest.mark.parametrize("start", [0, 100, 0x7FF0, 0x8000, 0x8001, 65500])
-def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int) -> None:
+def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int,
+                                                    cipher_path: str) -> None:
     master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
-    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master, cipher_path)
     rng = random.Random(start)
     seq = start
     for i in range(700):
@@ -67,12 +91,12 @@ def test_a_stream_across_the_wrap_is_libsrtps_bytes(profile: int, start: int) ->
 
 
 @pytest.mark.parametrize("profile", sorted(srtp_tx.PROFILES))
-def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int) -> None:
+def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int, cipher_path: str) -> None:
     """Retransmissions (a sequence number sent before, as a NACK answer sends it), packets
     older than the window (refused by both), jumps forward and back across the wrap, CSRCs
     and a header extension (in the AAD, not encrypted): the same bytes or the same refusal."""
     master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
-    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master, cipher_path)
     rng = random.Random(profile)
     newest = 65000
     seqs: list[int] = []
@@ -105,9 +129,10 @@ def test_repeats_jumps_and_stragglers_are_libsrtps(profile: int) -> None:
     packet(1, extension=b"\x10\xaa\xbb\xcc")[:17],  # its extension cut
 ])
 @pytest.mark.parametrize("profile", [1, 7])
-def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(profile: int, data: bytes) -> None:
+def test_a_malformed_header_is_refused_as_libsrtp_refuses_it(profile: int, data: bytes,
+                                                             cipher_path: str) -> None:
     master = os.urandom(sum(srtp_tx.PROFILES[profile][:2]))
-    ref, own = libsrtp_session(profile, master), own_sender(profile, master)
+    ref, own = libsrtp_session(profile, master), own_sender(profile, master, cipher_path)
     with pytest.raises(pylibsrtp.Error):
         ref.protect(data)
     with pytest.raises(pylibsrtp.Error):
