@@ -139,9 +139,10 @@ TICK_S = 0.0025  # the gateway's tick grid
 PHASES = 8  # ticks a 20 ms frame: each stream sends in one of them
 
 
-def drain(count: int, core: int | None) -> None:
-    """The drainer (``--drain N``): bind N UDP sockets on 127.0.0.1, print their ports as one
-    JSON line, read every datagram until stdin closes, then print how many arrived."""
+def drain(count: int, core: int | None, address: str = "127.0.0.1") -> None:
+    """The drainer (``--drain N``): bind N UDP sockets on ``address`` (``--drain-ip``), print
+    their ports as one JSON line, read every datagram until stdin closes, then print how many
+    arrived."""
     if core is not None and core >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {core})
     selector = selectors.DefaultSelector()
@@ -149,7 +150,7 @@ def drain(count: int, core: int | None) -> None:
     for _ in range(count):
         sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
-        sink.bind(("127.0.0.1", 0))
+        sink.bind((address, 0))
         sink.setblocking(False)
         selector.register(sink, selectors.EVENT_READ)
         sinks.append(sink)
@@ -193,8 +194,16 @@ def gcm_session(in_c: bool = False, direct: bool = True) -> pylibsrtp.Session:
     return pylibsrtp.Session(policy)
 
 
+#: where the fan-out floors' drainer listens, and what its command starts with: loopback in
+#: this namespace, or (bench/veth_floor.py) the far end of a veth pair in another namespace,
+#: entered with ``ip netns exec``
+DESTINATION: list[Any] = ["127.0.0.1", []]
+
+
 def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "bench.floor", "--drain", str(streams)]
+    address, prefix = DESTINATION
+    cmd = [*prefix, sys.executable, "-m", "bench.floor", "--drain", str(streams),
+           "--drain-ip", address]
     if drain_core is not None:
         cmd += ["--drain-core", str(drain_core)]
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -237,7 +246,7 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
     if module is None or protect is None:
         return None
     with _fanout(streams, drain_core) as (out, ports, done):
-        raw = [sendmmsg.sockaddr_bytes(("127.0.0.1", ports[0] if one_destination else port))
+        raw = [sendmmsg.sockaddr_bytes((DESTINATION[0], ports[0] if one_destination else port))
                for port in ports]
         names = b"".join(r for r in raw if r is not None)
         sessions = [gcm_session(srtp_c, direct) for _ in ports]  # kept alive for the C's pointers
@@ -267,7 +276,7 @@ def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict
     the module's docstring. Returns the split and the share of datagrams the drainer read."""
     with _fanout(streams, drain_core) as (out, ports, done):
         batcher = sendmmsg.BatchSocket(out.fileno())
-        names = [sendmmsg.sockaddr(("127.0.0.1", port)) for port in ports]
+        names = [sendmmsg.sockaddr((DESTINATION[0], port)) for port in ports]
         sessions = [gcm_session() for _ in ports]  # kept: a protector does not hold its own
         protects = [aiortc_compat.srtp_protector(session) for session in sessions]
         groups = [(protects[k::PHASES], names[k::PHASES]) for k in range(PHASES)]
@@ -401,10 +410,17 @@ def main() -> None:
     parser.add_argument("--drain-core", type=int, default=1,
                         help="the drainer's core for --fanout (the load generator's; -1: any)")
     parser.add_argument("--drain", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--drain-ip", default="127.0.0.1",
+                        help="the address the --fanout drainer listens on")
+    parser.add_argument("--drain-netns", default="",
+                        help="the network namespace the --fanout drainer runs in (ip netns "
+                        "exec; bench.load --veth)")
     args = parser.parse_args()
     if args.drain:
-        drain(args.drain, args.drain_core)
+        drain(args.drain, args.drain_core, args.drain_ip)
         return
+    if args.drain_netns:
+        DESTINATION[:] = [args.drain_ip, ["ip", "netns", "exec", args.drain_netns]]
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
     runs: dict[str, list[float]] = {"sendmmsg": [], "sendto": [], "srtp_pylibsrtp": [],

@@ -70,7 +70,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from bench import perf_profile, procstats
+from bench import perf_profile, procstats, veth_floor
 from bench.common import RESULTS, free_port, machine, stop, wait_healthy
 from bench.loadgen import LONG_TEXT, LoadSession
 from gateway import aiortc_compat
@@ -94,6 +94,11 @@ def tone_wav(path: Path, seconds: float, hz: float = 440.0, rate: int = 24_000) 
 
 
 NICE = 0  # niceness increment for the measured processes (--nice)
+#: (--veth) where the server listens and gathers ICE, where the load generator does, and what
+#: the generator's command starts with: all loopback, or the two ends of bench.veth_floor's pair
+HOST = "127.0.0.1"
+LOADGEN_HOST = "127.0.0.1"
+LOADGEN_PREFIX: list[str] = []
 
 
 def _child_setup() -> None:
@@ -114,7 +119,8 @@ def server_command(
 ) -> list[str]:
     if kind.startswith("gateway"):
         return [
-            sys.executable, "-m", "gateway", "--port", str(port), "--ice-hosts", "127.0.0.1",
+            sys.executable, "-m", "gateway", "--host", HOST, "--port", str(port),
+            "--ice-hosts", HOST,
             "--log-level", "WARNING", "--max-sessions", str(sessions + 50),
             "--connect-timeout", "120", "--voice", f"bench=wav:{wav}", *(extra or []),
             *KIND_FLAGS.get(kind, []),
@@ -144,7 +150,7 @@ async def warm_phrase_cache(
     ``cache_dir``; every rung's gateway then loads it at start-up, so all speech is cache hits
     (no synthesis, no encoding) from the first request on."""
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{HOST}:{port}"
     log = tmp / "warm.log"
     started = time.monotonic()
     server = spawn_server(
@@ -153,7 +159,7 @@ async def warm_phrase_cache(
     state: dict[str, Any] = {}
     try:
         await wait_healthy(url, server, lambda: tail(log), 60)
-        aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+        aiortc_compat.restrict_ice_hosts([HOST])
         timeout = aiohttp.ClientTimeout(total=args.phrase_s + 90)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             session = LoadSession(0, url, http, full=False)
@@ -217,7 +223,7 @@ async def run_rung(
     kind: str, n: int, args: argparse.Namespace, wav: Path, tmp: Path, gateway_extra: list[str]
 ) -> dict:
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{HOST}:{port}"
     log = tmp / f"{kind}-{n}.log"
     out = tmp / f"{kind}-{n}.json"
     rung: dict[str, Any] = {"server": kind, "n": n, "loadavg_before": procstats.load_average()}
@@ -233,6 +239,7 @@ async def run_rung(
             "--server-pid", str(server.pid), "--sessions", str(n), "--full", str(args.full),
             "--batch", str(args.batch), "--window", str(args.window),
             "--silent-window", str(args.silent_window), "--out", str(out),
+            "--ice-host", LOADGEN_HOST,
         ]
         if kind.startswith("gateway"):
             cmd += ["--utterances", str(utterances_for(n, args))]
@@ -248,7 +255,7 @@ async def run_rung(
             profile = Path(args.out).with_name(f"load-profile-{kind}-{n}.txt")
             cmd += ["--profile", str(profile), "--profiler", args.profiler]
         gen = await asyncio.create_subprocess_exec(
-            *pinned(cmd, args.loadgen_cpu),
+            *LOADGEN_PREFIX, *pinned(cmd, args.loadgen_cpu),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=REPO,
             preexec_fn=_child_setup,
         )
@@ -555,6 +562,8 @@ def measure_floor(core: int, fanout: list[int], drain_core: int) -> dict[str, An
     cmd = [sys.executable, "-m", "bench.floor", "--core", str(max(core, 0)), "--packets",
            "100000", "--repeat", "2", "--out", str(out),
            "--fanout", ",".join(str(n) for n in fanout), "--drain-core", str(drain_core)]
+    if LOADGEN_PREFIX:  # --veth: the fan-out floor's drainer where the load generator is
+        cmd += ["--drain-ip", LOADGEN_HOST, "--drain-netns", veth_floor.RX]
     print("measuring the machine's floor on the server's core ...", flush=True)
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     print(done.stdout, end="", flush=True)
@@ -735,6 +744,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
                         help="an extra flag for every gateway rung (repeat; e.g. "
                         "--gateway-arg=--stall-warn-ms=20)")
+    parser.add_argument("--veth", action="store_true",
+                        help="the server and the load generator in two network namespaces "
+                        "joined by a veth pair, RPS handing each end's receive path to its "
+                        "process's core, as NICs do (bench/veth_floor.py; root): on loopback "
+                        "the receivers' kernel work runs on the sender's core")
     parser.add_argument("--out", default=str(RESULTS / "load.json"))
     parser.add_argument("--plot", default=None, help="PNG path (default: next to --out)")
     args = parser.parse_args(argv)
@@ -742,11 +756,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"only {os.cpu_count()} CPUs (a negative CPU: not pinned)")
     if shutil.which("taskset") is None:
         print("note: no taskset here: processes are not pinned to cores", file=sys.stderr)
-    global NICE
+    global NICE, HOST, LOADGEN_HOST
     NICE = args.nice
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)  # (each rung keeps its server's log there)
-    data = asyncio.run(main_async(args))
+    with contextlib.ExitStack() as veth:
+        if args.veth:
+            if not veth_floor.available():
+                parser.error("--veth needs root and iproute2's ip")
+            veth.enter_context(veth_floor.veth_pair(max(args.loadgen_cpu, 0),
+                                                    max(args.server_cpu, 0)))
+            veth.enter_context(veth_floor.sending_from())
+            HOST, LOADGEN_HOST = veth_floor.TX_IP, veth_floor.RX_IP
+            LOADGEN_PREFIX[:] = ["ip", "netns", "exec", veth_floor.RX]
+        data = asyncio.run(main_async(args))
+    data["settings"]["veth"] = args.veth
     png = Path(args.plot) if args.plot else out.with_suffix(".png")
     data["matplotlib"] = plot(data["results"], png, data["settings"]["speech"])
     data["plot"] = str(png) if data["matplotlib"] else None
@@ -788,7 +812,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      else ""))
     if floors:
         print("each rung ÷ the floor, and ÷ the floor at its fan-out (the mean of the "
-              "measurements before and after; target ≤ 2.0):")
+              "measurements before and after; target ≤ 2.0"
+              + ("; the fan-out floors over the veth pair, the first on loopback)"
+                 if data["settings"].get("veth") else "):"))
     for kind, rungs in data["results"].items():
         for rung in rungs:
             for phase in ("silent", "speaking"):

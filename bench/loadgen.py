@@ -546,7 +546,7 @@ def offer_only(profile: str) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    aiortc_compat.restrict_ice_hosts(["127.0.0.1"])
+    aiortc_compat.restrict_ice_hosts([args.ice_host])
     if args.srtp_profile != "any":
         offer_only(args.srtp_profile)
     result: dict[str, Any] = {"sessions": args.sessions, "full_sessions": min(args.full,
@@ -644,6 +644,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", required=True)
     parser.add_argument("--server-pid", type=int, required=True)
+    parser.add_argument("--ice-host", default="127.0.0.1",
+                        help="the address the sessions' ICE gathers (bench.load --veth: the "
+                        "far end of its veth pair)")
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--channel", metavar="NAME",
                         help="listen to one channel NAME (created, then deleted) over WHEP "

@@ -39,3 +39,31 @@ def test_the_fanout_floor_protects_with_the_cipher_aiortc_peers_negotiate():
     packet = floor.rtp_packet(1)
     protected = floor.gcm_session().protect(packet)
     assert len(protected) == len(packet) + 16  # GCM's tag, not HMAC-SHA1-80's 10 bytes
+
+
+def test_the_veth_floor_sends_across_its_namespaces_and_removes_them():
+    """bench/veth_floor.py (and ``bench.load --veth``): the drainer in the far namespace reads
+    every datagram sent from the near one, this process comes back to its own namespace, and
+    both namespaces are gone afterwards."""
+    import os
+    import subprocess
+
+    from bench import veth_floor
+
+    if not veth_floor.available():
+        pytest.skip("needs root and iproute2's ip")
+    home = os.readlink(f"/proc/{os.getpid()}/ns/net")
+    with veth_floor.veth_pair(0, 0):
+        floor.DESTINATION[:] = [veth_floor.RX_IP, ["ip", "netns", "exec", veth_floor.RX]]
+        try:
+            with veth_floor.sending_from():
+                assert os.readlink(f"/proc/{os.getpid()}/ns/net") != home
+                split = floor.measure_fanout_c(24, 0.2, None)
+        finally:
+            floor.DESTINATION[:] = ["127.0.0.1", []]
+    assert os.readlink(f"/proc/{os.getpid()}/ns/net") == home
+    if split is None:
+        pytest.skip("the C floor does not build here (no compiler)")
+    assert split["read_share"] == 1.0
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert veth_floor.TX not in listed and veth_floor.RX not in listed
