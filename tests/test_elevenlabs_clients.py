@@ -94,8 +94,9 @@ async def test_pipecat_pipeline_speaks_llm_text_with_word_timestamps(gateway, mo
         "one isFinal (TTSStoppedFrame) per context"
     for context, reply in zip(contexts, got["replies"], strict=True):
         assert_speech(pcm_of(got["audio"][context]), min_s=1.5)
-        words = [w["text"] for w in got["words"] if w["context"] == context]
-        assert words == reply.split(), "every word comes back, timed from the alignment"
+        timed = [(w["text"], w["pts"]) for w in got["words"] if w["context"] == context]
+        assert [text for text, _ in timed] == reply.split(), \
+            f"every word comes back, timed from the alignment: {timed}"
     stats = gateway.app[ELEVENLABS].stats
     assert stats.opened == (0 if mode == "http" else 1), "both replies on one socket"
 
