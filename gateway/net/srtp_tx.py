@@ -196,31 +196,29 @@ static void gw_srtp_pads(gw_srtp *g, const unsigned char *key, int key_len) {
     }
 }
 
+void gw_srtp_free(gw_srtp *g) {
+    if (g == NULL) return;
+    if (g->ctx != NULL) gw_ctx_free(g->ctx);
+    if (g->gcm != NULL) gw_gcm_release(g->gcm);
+    memset(g->aes, 0, sizeof g->aes);
+    free(g);
+}
+
 gw_srtp *gw_srtp_new(uintptr_t evp_cipher, const unsigned char *key, int key_len,
                      const unsigned char *salt, int salt_len, const unsigned char *auth_key,
                      int tag_len, int window, int direct) {
     if (salt_len < 0 || salt_len > 16 || tag_len < 0 || tag_len > 20) return NULL;
     gw_srtp *g = calloc(1, sizeof(gw_srtp));
     if (g == NULL) return NULL;
-    if (direct && gw_direct) {
-        if (gw_aes_key(key, 8 * key_len, g->aes) != 0
-            || (auth_key == NULL && (g->gcm = gw_gcm_new(g->aes, gw_aes_block)) == NULL)) {
-            free(g);
-            return NULL;
-        }
-        g->direct = 1;
-        memcpy(g->salt, salt, salt_len);
-        if (auth_key != NULL) gw_srtp_pads(g, auth_key, 20);
-        g->tag_len = tag_len;
-        g->window = window;
-        return g;
-    }
-    g->ctx = gw_ctx_new();
-    if (g->ctx == NULL
-        || !gw_init(g->ctx, (const void *)evp_cipher, NULL, key, NULL, 1)
-        || (auth_key == NULL && !gw_ctrl(g->ctx, GW_CTRL_GCM_SET_IVLEN, 12, NULL))) {
-        if (g->ctx != NULL) gw_ctx_free(g->ctx);
-        free(g);
+    g->direct = direct && gw_direct;
+    int keyed = g->direct  /* the AES-NI key schedule (and GCM over it), or an EVP context */
+        ? gw_aes_key(key, 8 * key_len, g->aes) == 0
+          && (auth_key != NULL || (g->gcm = gw_gcm_new(g->aes, gw_aes_block)) != NULL)
+        : (g->ctx = gw_ctx_new()) != NULL
+          && gw_init(g->ctx, (const void *)evp_cipher, NULL, key, NULL, 1)
+          && (auth_key != NULL || gw_ctrl(g->ctx, GW_CTRL_GCM_SET_IVLEN, 12, NULL));
+    if (!keyed) {
+        gw_srtp_free(g);
         return NULL;
     }
     memcpy(g->salt, salt, salt_len);
@@ -228,14 +226,6 @@ gw_srtp *gw_srtp_new(uintptr_t evp_cipher, const unsigned char *key, int key_len
     g->tag_len = tag_len;
     g->window = window;
     return g;
-}
-
-void gw_srtp_free(gw_srtp *g) {
-    if (g == NULL) return;
-    if (g->ctx != NULL) gw_ctx_free(g->ctx);
-    if (g->gcm != NULL) gw_gcm_release(g->gcm);
-    memset(g->aes, 0, sizeof g->aes);
-    free(g);
 }
 
 unsigned long long gw_srtp_index(gw_srtp *g) { return g->index; }
@@ -434,9 +424,9 @@ def direct() -> bool:
     return bool(_loaded and _loaded[2])
 
 
-def cipher_path(use_direct: bool | None = None) -> str:
+def cipher_path(use_direct: bool = True) -> str:
     """What new sessions' ciphers run on: ``aes-ni`` (the direct path) or ``evp``."""
-    return "aes-ni" if direct() and use_direct is not False else "evp"
+    return "aes-ni" if direct() and use_direct else "evp"
 
 
 def session_keys(profile: int, master: bytes) -> tuple[bytes, bytes, bytes | None]:
