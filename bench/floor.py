@@ -200,6 +200,16 @@ def gcm_session(in_c: bool = False, direct: bool = True) -> pylibsrtp.Session:
 DESTINATION: list[Any] = ["127.0.0.1", []]
 
 
+def netns_exec(netns: str) -> list[str]:
+    """The start of a command run in network namespace ``netns`` (iproute2)."""
+    return ["ip", "netns", "exec", netns]
+
+
+def drain_at(address: str = "127.0.0.1", netns: str = "") -> None:
+    """The fan-out floors' drainer from now on: on ``address``, in ``netns`` when given."""
+    DESTINATION[:] = [address, netns_exec(netns) if netns else []]
+
+
 def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
     address, prefix = DESTINATION
     cmd = [*prefix, sys.executable, "-m", "bench.floor", "--drain", str(streams),
@@ -420,7 +430,7 @@ def main() -> None:
         drain(args.drain, args.drain_core, args.drain_ip)
         return
     if args.drain_netns:
-        DESTINATION[:] = [args.drain_ip, ["ip", "netns", "exec", args.drain_netns]]
+        drain_at(args.drain_ip, args.drain_netns)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.core})
     runs: dict[str, list[float]] = {"sendmmsg": [], "sendto": [], "srtp_pylibsrtp": [],

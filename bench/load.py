@@ -72,6 +72,7 @@ import numpy as np
 
 from bench import perf_profile, procstats, veth_floor
 from bench.common import RESULTS, free_port, machine, stop, wait_healthy
+from bench.floor import netns_exec
 from bench.loadgen import LONG_TEXT, LoadSession
 from gateway import aiortc_compat
 from gateway.tts.tone import write_wav_mono
@@ -768,7 +769,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                     max(args.server_cpu, 0)))
             veth.enter_context(veth_floor.sending_from())
             HOST, LOADGEN_HOST = veth_floor.TX_IP, veth_floor.RX_IP
-            LOADGEN_PREFIX[:] = ["ip", "netns", "exec", veth_floor.RX]
+            LOADGEN_PREFIX[:] = netns_exec(veth_floor.RX)
         data = asyncio.run(main_async(args))
     data["settings"]["veth"] = args.veth
     png = Path(args.plot) if args.plot else out.with_suffix(".png")

@@ -52,7 +52,7 @@ def _remove() -> None:
 
 
 def _rps(netns: str, device: str, core: int) -> None:
-    subprocess.run(["ip", "netns", "exec", netns, "sh", "-c",
+    subprocess.run([*floor.netns_exec(netns), "sh", "-c",
                     f"echo {1 << core:x} > /sys/class/net/{device}/queues/rx-0/rps_cpus"],
                    check=True)
 
@@ -81,29 +81,25 @@ def veth_pair(rx_core: int, tx_core: int | None = None) -> Iterator[None]:
         _remove()
 
 
-def _setns(path: str) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {path}")
-    finally:
-        os.close(fd)
+def _setns(fd: int) -> None:
+    """This thread (and the sockets and children it makes) into the namespace ``fd`` names."""
+    if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "setns")
 
 
 @contextlib.contextmanager
 def sending_from(path: str = f"/var/run/netns/{TX}") -> Iterator[None]:
     """This process in the sender's namespace (sockets made inside stay there; children
     started inside are born there), then back."""
-    home = f"/proc/{os.getpid()}/ns/net"
-    keep = os.open(home, os.O_RDONLY)
+    home = os.open(f"/proc/{os.getpid()}/ns/net", os.O_RDONLY)
+    there = os.open(path, os.O_RDONLY)
     try:
-        _setns(path)
+        _setns(there)
         yield
     finally:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.setns(keep, CLONE_NEWNET)
-        os.close(keep)
+        _setns(home)
+        os.close(there)
+        os.close(home)
 
 
 def measure(streams: int, seconds: float, drain_core: int, rounds: int) -> dict[str, Any]:
@@ -113,18 +109,18 @@ def measure(streams: int, seconds: float, drain_core: int, rounds: int) -> dict[
             for one in (False, True):
                 key = f"{path} {'1' if one else streams}"
                 if path == "loopback":
-                    floor.DESTINATION[:] = ["127.0.0.1", []]
+                    floor.drain_at()
                     result = floor.measure_fanout_c(streams, seconds, drain_core,
                                                     one_destination=one)
                 else:
-                    floor.DESTINATION[:] = [RX_IP, ["ip", "netns", "exec", RX]]
-                    with sending_from(f"/var/run/netns/{TX}"):
+                    floor.drain_at(RX_IP, RX)
+                    with sending_from():
                         result = floor.measure_fanout_c(streams, seconds, drain_core,
                                                         one_destination=one)
                 if result is None:
                     raise SystemExit("the C fan-out floor does not build here")
                 runs.setdefault(key, []).append(result)
-    floor.DESTINATION[:] = ["127.0.0.1", []]
+    floor.drain_at()
     return runs
 
 

@@ -54,13 +54,13 @@ def test_the_veth_floor_sends_across_its_namespaces_and_removes_them():
         pytest.skip("needs root and iproute2's ip")
     home = os.readlink(f"/proc/{os.getpid()}/ns/net")
     with veth_floor.veth_pair(0, 0):
-        floor.DESTINATION[:] = [veth_floor.RX_IP, ["ip", "netns", "exec", veth_floor.RX]]
+        floor.drain_at(veth_floor.RX_IP, veth_floor.RX)
         try:
             with veth_floor.sending_from():
                 assert os.readlink(f"/proc/{os.getpid()}/ns/net") != home
                 split = floor.measure_fanout_c(24, 0.2, None)
         finally:
-            floor.DESTINATION[:] = ["127.0.0.1", []]
+            floor.drain_at()
     assert os.readlink(f"/proc/{os.getpid()}/ns/net") == home
     if split is None:
         pytest.skip("the C floor does not build here (no compiler)")
