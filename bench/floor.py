@@ -221,8 +221,8 @@ def _drainer(streams: int, drain_core: int | None) -> subprocess.Popen[str]:
 
 
 @contextlib.contextmanager
-def _fanout(streams: int, drain_core: int | None
-            ) -> Iterator[tuple[socket.socket, list[int], dict[str, int]]]:
+def drained_sockets(streams: int, drain_core: int | None
+                    ) -> Iterator[tuple[socket.socket, list[int], dict[str, int]]]:
     """A drainer holding ``streams`` sockets, and a sending socket: (it, their ports, a dict
     that holds ``received``, how many datagrams the drainer read, once the block is done)."""
     child = _drainer(streams, drain_core)
@@ -255,7 +255,7 @@ def measure_fanout_c(streams: int, seconds: float, drain_core: int | None, paced
     protect = aiortc_compat.srtp_protect_address()
     if module is None or protect is None:
         return None
-    with _fanout(streams, drain_core) as (out, ports, done):
+    with drained_sockets(streams, drain_core) as (out, ports, done):
         raw = [sendmmsg.sockaddr_bytes((DESTINATION[0], ports[0] if one_destination else port))
                for port in ports]
         names = b"".join(r for r in raw if r is not None)
@@ -284,7 +284,7 @@ def _split(send_s: float, srtp_s: float, sent: float, received: int) -> dict[str
 def measure_fanout(streams: int, seconds: float, drain_core: int | None) -> dict[str, float]:
     """CPU µs per packet at ``streams`` destinations, paced as the gateway's ticks send: see
     the module's docstring. Returns the split and the share of datagrams the drainer read."""
-    with _fanout(streams, drain_core) as (out, ports, done):
+    with drained_sockets(streams, drain_core) as (out, ports, done):
         batcher = sendmmsg.BatchSocket(out.fileno())
         names = [sendmmsg.sockaddr((DESTINATION[0], port)) for port in ports]
         sessions = [gcm_session() for _ in ports]  # kept: a protector does not hold its own

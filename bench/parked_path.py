@@ -72,7 +72,7 @@ def run(streams: int, rounds: int, seconds: float, drain_core: int | None,
         raise SystemExit(f"the compiled send path does not build: {sendpath.failure()}")
     dirt = numpy.zeros(int(pollute_mb * (1 << 20)), dtype=numpy.uint8)
     out: dict[str, Any] = {"run_parked": [], "flush": []}
-    with floor._fanout(streams, drain_core) as (sock, ports, done):
+    with floor.drained_sockets(streams, drain_core) as (sock, ports, done):
         batch = sendpath.CompiledBatch(module, sock.fileno(),
                                        aiortc_compat.srtp_protect_address() or 0, 0)
         t0 = time.monotonic() + 0.05
