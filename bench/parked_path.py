@@ -33,11 +33,10 @@ import numpy
 from bench import floor
 from gateway import aiortc_compat
 from gateway.net import sendmmsg, sendpath
+from gateway.webrtc.in_c import EARLY_S, MAX_CATCH_UP
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SILENCE = b"\xf8\xff\xfe"  # an Opus frame of silence (20 ms, CELT FB)
-EARLY_S = 0.0005  # webrtc/in_c.py's EARLY_S
-MAX_CATCH_UP = 5  # webrtc/in_c.py's MAX_CATCH_UP
 
 
 def _park_all(batch: sendpath.CompiledBatch, ports: list[int], t0: float) -> list[Any]:
