@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from aioice.candidate import Candidate
 
 from gateway import aiortc_compat
+from gateway.aiortc_compat import consent as consent_module
 from gateway.aiortc_compat.consent_answer import ANSWERS, answer
 from gateway.net import stun_fields
 
@@ -140,8 +142,10 @@ async def test_a_live_peer_keeps_its_consent_answered_from_the_bytes(gateway, co
         session = next(iter(gateway.registry))
         await asyncio.wait_for(session.webrtc.connected.wait(), 5)
         answered, checks = ANSWERS.answered, aiortc_compat.CONSENT.answered
+        responses = ANSWERS.responses
         await asyncio.sleep(1.5)  # ≈ 5 checks each way
         assert ANSWERS.answered - answered >= 2  # the client's checks, answered by the mux
+        assert ANSWERS.responses - responses >= 2  # the answers to ours, from their bytes
         assert aiortc_compat.CONSENT.answered - checks >= 4  # both sides' checks answered
         result = await client.say("still here", voice="tone")
         assert (await client.wait_utterance(result.utterance["id"]))["state"] == "done"
@@ -173,59 +177,123 @@ class Sent(Protocol):
         await asyncio.wait_for(event.wait(), 5)
 
 
-class Timers:
-    """The running loop, with the delays of the timers asked of it written down."""
+class Recording(consent_module._Clock):
+    """The consent clock, with the times asked of it written down (what a loop stall on a
+    loaded CI machine cannot move: CI once saw sends at 0, 0.05, 0.17, 0.37 s after a stall)."""
+
+    __slots__ = ("asked",)
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.delays: list[float] = []
+        super().__init__(loop)
+        self.asked: list[tuple[float, object]] = []  # (the delay asked, the item)
 
-    def time(self) -> float:
-        return self._loop.time()
-
-    def call_later(self, delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
-        self.delays.append(delay)
-        return self._loop.call_later(delay, callback, *args)
+    def at(self, when: float, item: Any) -> None:
+        self.asked.append((when - self.loop.time(), item))
+        super().at(when, item)
 
 
-async def test_our_check_is_sent_on_rfc_5389s_schedule_from_timers(monkeypatch):
+def reply(txid: bytes, key: bytes, message_class: stun.Class = stun.Class.RESPONSE) -> bytes:
+    message = stun.Message(message_method=stun.Method.BINDING, message_class=message_class,
+                           transaction_id=txid)
+    message.attributes["XOR-MAPPED-ADDRESS"] = PEER
+    message.add_message_integrity(key)
+    return bytes(message)
+
+
+async def test_our_check_is_sent_on_rfc_5389s_schedule_by_the_clock(monkeypatch):
     """A consent check of ours: one request, sent again at 0.5, 1.5, 3.5 RTOs (scaled here),
-    answerable until the window ends -- by loop timers, no task per check."""
-    from gateway.aiortc_compat import consent as module
-
+    answerable until the window ends -- by the loop's consent clock: no task, no timer of its
+    own; answered from its bytes (the shared socket's way) or parsed (aioice's)."""
     monkeypatch.setattr(aioice.stun, "RETRY_RTO", 0.05)
+    monkeypatch.setattr(consent_module, "CLOCK_GRAIN_S", 0.001)
     connection, _ = connected()
     protocol = Sent()
     pair = aioice.ice.CandidatePair(protocol, connection._nominated[1].remote_candidate)
-    loop = Timers(asyncio.get_running_loop())
-    state = module._Consent(connection, loop)  # type: ignore[arg-type]
-    tasks = len(asyncio.all_tasks())
-    check = module._ConsentCheck(state, pair, window=0.6)
-    check.start()
-    assert len(asyncio.all_tasks()) == tasks and len(protocol.transactions) == 1
-    counts = aiortc_compat.CONSENT.as_json()
-    await asyncio.sleep(0.7)
-    # The schedule as the timers were asked for it, which a loop stall on a loaded CI machine
-    # cannot move (CI once saw the sends at 0, 0.05, 0.17, 0.37 s after a 20 ms stall).
-    assert loop.delays[:3] == pytest.approx([0.05, 0.1, 0.2])
-    assert len(loop.delays) == 4 and 0 <= loop.delays[3] <= 0.6 - 0.35 + 1e-6
-    assert len(protocol.sends) == 4
-    assert all(b >= a for a, b in itertools.pairwise(t for t, _ in protocol.sends))
-    assert len({data for _, data in protocol.sends}) == 1  # the same request, built once
-    assert not protocol.transactions and not state.checks
-    assert aiortc_compat.CONSENT.unanswered == counts["unanswered"] + 1
+    loop = asyncio.get_running_loop()
+    clock = Recording(loop)
+    state = consent_module._Consent(connection, clock, loop.create_future())
+    try:
+        tasks = len(asyncio.all_tasks())
+        check = consent_module._ConsentCheck(state, pair, window=0.6)
+        check.start(loop.time())
+        assert len(asyncio.all_tasks()) == tasks and len(protocol.transactions) == 1
+        counts = aiortc_compat.CONSENT.as_json()
+        await asyncio.sleep(0.7)
+        delays = [delay for delay, item in clock.asked if item is check]
+        assert delays[:3] == pytest.approx([0.05, 0.1, 0.2], abs=0.001)
+        assert len(delays) == 4 and 0 <= delays[3] <= 0.6 - 0.35 + 1e-6
+        assert len(protocol.sends) == 4
+        assert all(b >= a for a, b in itertools.pairwise(t for t, _ in protocol.sends))
+        assert len({data for _, data in protocol.sends}) == 1  # the same request, signed once
+        assert not protocol.transactions and not state.checks
+        assert aiortc_compat.CONSENT.unanswered == counts["unanswered"] + 1
 
-    answered = module._ConsentCheck(state, pair, window=0.6)
-    answered.start()
-    await protocol.sent(6)  # sent twice
-    txid = next(iter(protocol.transactions))
-    reply = stun.Message(message_method=stun.Method.BINDING,
-                         message_class=stun.Class.RESPONSE, transaction_id=txid)
-    reply.attributes["XOR-MAPPED-ADDRESS"] = PEER
-    reply.add_message_integrity(connection.remote_password.encode())
-    protocol.transactions[txid].response_received(stun.parse_message(bytes(reply)), PEER)
-    before = len(protocol.sends)
-    await asyncio.sleep(0.4)
-    assert len(protocol.sends) == before  # no retransmission after the answer
-    assert not protocol.transactions and state.fresh_since >= answered.sent
-    assert aiortc_compat.CONSENT.answered == counts["answered"] + 1
+        key = connection.remote_password.encode()
+        for how in ("bytes", "parsed"):
+            answered = consent_module._ConsentCheck(state, pair, window=0.6)
+            answered.start(loop.time())
+            await protocol.sent(len(protocol.sends) + 2)  # sent twice
+            txid = next(iter(protocol.transactions))
+            for wrong in (reply(txid, b"not their password"),
+                          reply(txid, key, stun.Class.ERROR)):
+                answered.response_bytes(wrong)  # neither counts: still out
+                assert protocol.transactions
+            if how == "bytes":
+                protocol.transactions[txid].response_bytes(reply(txid, key))
+            else:
+                protocol.transactions[txid].response_received(
+                    stun.parse_message(reply(txid, key)), PEER)
+            before = len(protocol.sends)
+            await asyncio.sleep(0.4)
+            assert len(protocol.sends) == before  # no retransmission after the answer
+            assert not protocol.transactions and state.fresh_since >= answered.sent
+        assert aiortc_compat.CONSENT.answered == counts["answered"] + 2
+    finally:
+        state.close()
+
+
+def test_our_check_is_aioices_request_byte_for_byte():
+    for controlling in (False, True):
+        connection, _ = connected(controlling)
+        protocol = Sent()
+        pair = aioice.ice.CandidatePair(protocol, connection._nominated[1].remote_candidate)
+        loop = asyncio.new_event_loop()
+        try:
+            state = consent_module._Consent(connection, consent_module._Clock(loop),
+                                            loop.create_future())
+            for _ in range(3):
+                check = consent_module._ConsentCheck(state, pair, window=30)
+                theirs = connection.build_request(pair, nominate=False)
+                theirs.transaction_id = check._txid
+                theirs.add_message_integrity(connection.remote_password.encode())
+                assert check.data == bytes(theirs)
+            state.close()
+        finally:
+            loop.close()
+
+
+async def test_the_clock_runs_what_falls_due_within_a_grain_at_once(monkeypatch):
+    """Items due within one grain run from one timer, in one call, on time order."""
+    monkeypatch.setattr(consent_module, "CLOCK_GRAIN_S", 0.05)
+    loop = asyncio.get_running_loop()
+    clock = consent_module._Clock(loop)
+    fired: list[tuple[str, float]] = []
+
+    class Item:
+        def __init__(self, name: str, dead: bool = False) -> None:
+            self.name, self.dead = name, dead
+
+        def fire(self, now: float) -> None:
+            fired.append((self.name, now))
+
+    grain = math.ceil(loop.time() / 0.05) * 0.05  # (the items within one grain of it)
+    for offset, name in ((0.011, "b"), (0.003, "a"), (0.024, "c")):
+        clock.at(grain + offset, Item(name))
+    clock.at(grain + 0.01, Item("dead", dead=True))
+    clock.at(grain + 0.2, Item("later"))
+    await asyncio.sleep(grain + 0.12 - loop.time())
+    assert sorted(name for name, _ in fired) == ["a", "b", "c"]
+    assert len({now for _, now in fired}) == 1  # one wake-up for the three
+    assert fired[0][1] >= grain + 0.024  # (none early)
+    await asyncio.sleep(0.15)
+    assert [name for name, _ in fired][-1] == "later"

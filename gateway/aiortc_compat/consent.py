@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
+import itertools
 import logging
+import math
+import os
 import random
 import weakref
 from collections.abc import Awaitable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import aioice.candidate
 import aioice.ice
@@ -19,6 +23,7 @@ from aiortc import (
 )
 
 from gateway.aiortc_compat._common import _ice_connections
+from gateway.net import stun_fields
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +83,8 @@ def tolerate_late_consent(pc: RTCPeerConnection) -> int:
     retransmitted (``CONSENT_RETRANSMISSIONS``), its answer is accepted until the consent window
     ends, and consent expires when no check sent within the last ``CONSENT_INTERVAL *
     CONSENT_FAILURES`` (30 s) was answered, as RFC 7675 section 5.1 has it. Checks still go every
-    ``CONSENT_INTERVAL`` (±20 %).
+    ``CONSENT_INTERVAL`` (±20 %), from one clock a loop (``_Clock``) rather than a wake-up of
+    the connection's task each, and a check's request is aioice's, serialised once a pair.
 
     Call before the connection starts (``connect`` creates the consent task from
     ``Connection.query_consent``, replaced here per instance). Returns the agents changed."""
@@ -116,81 +122,204 @@ def _consent_problems() -> list[str]:
     return problems
 
 
-class _ConsentCheck:
-    """One consent check (RFC 7675): its STUN request built and serialised once, sent at 0,
-    0.5, 1.5 and 3.5 s (RFC 5389's timing, ``CONSENT_RETRANSMISSIONS``) from loop timers, and
-    answerable until the consent window ends. It stands in for aioice's ``stun.Transaction`` in
-    ``StunProtocol.transactions``, which hands it every response with its transaction id. No
-    task, no ``asyncio.wait``: a check is a few timer handles (1,000 sessions make 200 a
-    second)."""
+#: The consent clock's grain (s): every time it keeps is rounded up to it, so the checks of
+#: 1,000 sessions (200 a second) go out in ten batches a second from one timer, each on a warm
+#: core, instead of one loop wake-up each (aioice: a task per session, a wake-up per check).
+CLOCK_GRAIN_S = 0.1
 
-    __slots__ = ("_consent", "_timer", "_txid", "data", "key", "pair", "sent", "wait",
+
+class _Clock:
+    """A loop's consent work -- every connection's next check, every check's retransmission
+    and deadline -- kept in one heap and run from one timer handle at the earliest due time,
+    rounded up to ``CLOCK_GRAIN_S``. An item is anything with ``fire(now)`` and a ``dead``
+    flag; a dead one is dropped when it comes due (it holds nothing of its session by then)."""
+
+    __slots__ = ("_heap", "_order", "_timer", "_timer_at", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._heap: list[tuple[float, int, _Item]] = []
+        self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+
+    def at(self, when: float, item: _Item) -> None:
+        when = math.ceil(when / CLOCK_GRAIN_S - 1e-9) * CLOCK_GRAIN_S
+        heapq.heappush(self._heap, (when, next(self._order), item))
+        if when < self._timer_at:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self.loop.call_at(when, self._run)
+
+    def _run(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        heap = self._heap
+        now = self.loop.time()
+        while heap and heap[0][0] <= now + 1e-6:
+            item = heapq.heappop(heap)[2]
+            if item.dead:
+                continue
+            try:
+                item.fire(now)
+            except Exception:  # one session's failure must not stop the others' consent
+                log.exception("ICE consent: a check failed")
+        if heap:
+            self._arm(heap[0][0])
+
+
+class _Item(Protocol):
+    dead: bool
+
+    def fire(self, now: float) -> None: ...
+
+
+_CLOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Clock] = (
+    weakref.WeakKeyDictionary())
+
+
+def _clock(loop: asyncio.AbstractEventLoop) -> _Clock:
+    clock = _CLOCKS.get(loop)
+    if clock is None:
+        clock = _CLOCKS[loop] = _Clock(loop)
+    return clock
+
+
+class _ConsentCheck:
+    """One consent check (RFC 7675): its STUN request signed once, sent at 0, 0.5, 1.5 and
+    3.5 s (RFC 5389's timing, ``CONSENT_RETRANSMISSIONS``) by the consent clock, and answerable
+    until the consent window ends. It stands in for aioice's ``stun.Transaction`` in
+    ``StunProtocol.transactions``: aioice hands it a parsed response
+    (``response_received``), the shared socket the response's bytes (``response_bytes``,
+    consent_answer.py). No task, no timer handle of its own."""
+
+    __slots__ = ("_consent", "_left", "_txid", "data", "dead", "key", "pair", "sent", "wait",
                  "window")
 
     def __init__(self, consent: _Consent, pair: Any, window: float) -> None:
         self._consent = consent
         self.pair = pair
         self.window = window
-        connection = consent.connection
-        request = connection.build_request(pair, nominate=False)
-        self.key = connection.remote_password.encode("utf8")
-        request.add_message_integrity(self.key)  # (and its FINGERPRINT)
-        self.data = bytes(request)
-        self._txid = request.transaction_id
-        self._timer: asyncio.TimerHandle | None = None
+        self.key = consent.connection.remote_password.encode("utf8")
+        self._txid = os.urandom(12)
+        self.data = stun_fields.sign(
+            stun_fields.with_transaction(consent.request(pair), self._txid), self.key)
+        self._left = CONSENT_RETRANSMISSIONS
+        self.dead = False
         self.sent = self.wait = 0.0
 
-    def start(self) -> None:
+    def start(self, now: float) -> None:
         self.pair.protocol.transactions[self._txid] = self
         self._consent.checks.add(self)
-        self.sent = self._consent.loop.time()
+        self.sent = now
         self.wait = aioice.stun.RETRY_RTO
         CONSENT.checks += 1
-        self._send(CONSENT_RETRANSMISSIONS)
+        self.fire(now)
 
-    def _send(self, left: int) -> None:
+    def fire(self, now: float) -> None:
+        """Send (again), or, past the last send, give up: unanswered within the window."""
+        clock = self._consent.clock
+        if self._left < 0:
+            self.cancel()
+            CONSENT.unanswered += 1
+            return
         self.pair.protocol.transport.sendto(self.data, self.pair.remote_addr)
-        loop = self._consent.loop
-        if left:
-            self._timer = loop.call_later(self.wait, self._send, left - 1)
+        if self._left:
+            clock.at(now + self.wait, self)
             self.wait *= 2
         else:  # the last one: its answer counts until the window ends
-            rest = max(0.0, self.sent + self.window - loop.time())
-            self._timer = loop.call_later(rest, self._unanswered)
+            clock.at(max(now, self.sent + self.window), self)
+        self._left -= 1
 
     def response_received(self, message: Any, addr: tuple[str, int]) -> None:
-        if (self._timer is not None  # (not answered or given up already)
-                and message.message_class == aioice.stun.Class.RESPONSE
+        if (message.message_class == aioice.stun.Class.RESPONSE
                 and message.check_message_integrity(self.key)):
-            self.cancel()
-            CONSENT.answered += 1
-            if self._consent.loop.time() - self.sent > aioice.stun.RETRY_RTO:
-                CONSENT.answered_late += 1
-            self._consent.fresh_since = max(self._consent.fresh_since, self.sent)
+            self._answered()
 
-    def _unanswered(self) -> None:
+    def response_bytes(self, data: bytes) -> None:
+        """A response with this check's transaction id, as it came (``is_stun`` accepted it)."""
+        if (stun_fields.stun_class(data) == stun_fields.SUCCESS
+                and stun_fields.signed_by(data, self.key)):
+            self._answered()
+
+    def _answered(self) -> None:
+        if self.dead:  # (answered or given up already)
+            return
+        consent = self._consent
         self.cancel()
-        CONSENT.unanswered += 1
+        CONSENT.answered += 1
+        now = consent.clock.loop.time()
+        if now - self.sent > aioice.stun.RETRY_RTO:
+            CONSENT.answered_late += 1
+        consent.fresh_since = max(consent.fresh_since, self.sent)
 
     def cancel(self) -> None:
-        """Forget the check: its timer, its transaction."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        """Forget the check: its transaction, its pair; the clock drops it when it comes due."""
+        if self.dead:
+            return
+        self.dead = True
         self.pair.protocol.transactions.pop(self._txid, None)
         self._consent.checks.discard(self)
+        self.pair = None  # (the clock's entry must not keep a closed session's objects)
 
 
 class _Consent:
-    """A connection's consent state: when the latest answered check was sent, the checks out."""
+    """A connection's consent state: its next check on the clock, when the latest answered
+    check was sent, the checks out, and the future its consent task waits on (set when
+    consent expires)."""
 
-    __slots__ = ("checks", "connection", "fresh_since", "loop")
+    __slots__ = ("_requests", "checks", "clock", "connection", "dead", "expired",
+                 "fresh_since")
 
-    def __init__(self, connection: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, connection: Any, clock: _Clock, expired: asyncio.Future[None]) -> None:
         self.connection = connection
-        self.loop = loop
-        self.fresh_since = loop.time()  # (connect: a check was answered)
+        self.clock = clock
+        self.expired = expired
+        self.dead = False
+        now = clock.loop.time()
+        self.fresh_since = now  # (connect: a check was answered)
         self.checks: set[_ConsentCheck] = set()
+        self._requests: dict[Any, bytes] = {}  # a pair's request, unsigned (its id replaced)
+        clock.at(now + _interval(), self)
+
+    def request(self, pair: Any) -> bytes:
+        """``pair``'s consent request as aioice builds it (USERNAME, PRIORITY, the role and
+        tie-breaker), serialised once for the connection's life on that pair."""
+        data = self._requests.get(pair)
+        if data is None:
+            if len(self._requests) >= 4:  # (an ICE restart's new pair: the old ones go)
+                self._requests.clear()
+            data = self._requests[pair] = bytes(
+                self.connection.build_request(pair, nominate=False))
+        return data
+
+    def fire(self, now: float) -> None:
+        """A check is due: send one on each nominated pair, unless consent has expired."""
+        window = aioice.ice.CONSENT_INTERVAL * aioice.ice.CONSENT_FAILURES
+        if now - self.fresh_since >= window:
+            if not self.expired.done():
+                self.expired.set_result(None)
+            self.close()
+            return
+        for pair in list(self.connection._nominated.values()):
+            _ConsentCheck(self, pair, window).start(now)
+        self.clock.at(now + _interval(), self)
+
+    def close(self) -> None:
+        """Stop: the checks out are forgotten, the connection let go."""
+        self.dead = True
+        for check in list(self.checks):
+            check.cancel()
+        self._requests.clear()
+        self.connection = None
+
+
+def _interval() -> float:
+    """The wait to the next check: ``CONSENT_INTERVAL`` varied by ±20 % (RFC 7675 §5.1)."""
+    return aioice.ice.CONSENT_INTERVAL * (0.8 + 0.4 * random.random())
 
 
 class _ConsentQuery:
@@ -210,19 +339,12 @@ class _ConsentQuery:
 
 async def _query_consent(connection: Any) -> None:
     loop = asyncio.get_running_loop()
-    consent = _Consent(connection, loop)
+    expired: asyncio.Future[None] = loop.create_future()
+    consent = _Consent(connection, _clock(loop), expired)
     try:
-        while True:
-            interval = aioice.ice.CONSENT_INTERVAL
-            await asyncio.sleep(interval * (0.8 + 0.4 * random.random()))
-            window = interval * aioice.ice.CONSENT_FAILURES
-            if loop.time() - consent.fresh_since >= window:
-                break
-            for pair in list(connection._nominated.values()):
-                _ConsentCheck(consent, pair, window).start()
+        await expired  # the clock does the checks; this task only waits for the end
     finally:
-        for check in list(consent.checks):
-            check.cancel()
+        consent.close()
     CONSENT.expired += 1
     log.info("ICE consent expired: no answer to a check sent in the last %.0f s",
              loop.time() - consent.fresh_since)

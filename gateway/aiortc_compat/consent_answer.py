@@ -13,6 +13,9 @@ the bytes (``net/stun_fields.py``), before aioice sees the request:
   ``_valid_username``), MESSAGE-INTEGRITY by our password, its FINGERPRINT right if present;
 - the peer's role the opposite of ours (no role conflict) and no USE-CANDIDATE.
 
+It hands the responses to our own consent checks (consent.py's ``_ConsentCheck``) their bytes
+too, which aioice would parse into objects first.
+
 That request changes nothing in aioice (``check_incoming`` finds the succeeded pair: no
 triggered check, no nomination), so the answer is all there is to do; it is aioice's own
 response byte for byte (XOR-MAPPED-ADDRESS, MESSAGE-INTEGRITY, FINGERPRINT). Anything else -- a
@@ -30,6 +33,7 @@ import aioice.ice
 from aiortc import RTCPeerConnection
 
 from gateway.aiortc_compat._common import _ice_connections
+from gateway.aiortc_compat.consent import _ConsentCheck
 from gateway.net import stun_fields as stun
 
 USE_CANDIDATE = 0x0025
@@ -41,10 +45,11 @@ _SUCCEEDED = aioice.ice.CandidatePair.State.SUCCEEDED
 class ConsentAnswers:
     """Process-wide counts (a plain int; read by the tests, not yet in /healthz)."""
 
-    __slots__ = ("answered",)
+    __slots__ = ("answered", "responses")
 
     def __init__(self) -> None:
         self.answered = 0  # binding requests answered from their bytes
+        self.responses = 0  # responses to our consent checks taken from their bytes
 
 
 ANSWERS = ConsentAnswers()
@@ -65,6 +70,13 @@ class _Answer:
         connection, protocol = self._connection(), self._protocol()
         if connection is None or protocol is None:
             return False
+        if stun.stun_class(data) != stun.REQUEST:  # a response: one of our consent checks'?
+            check = protocol.transactions.get(stun.transaction_id(data))
+            if type(check) is not _ConsentCheck:
+                return False
+            check.response_bytes(data)
+            ANSWERS.responses += 1
+            return True
         response = answer(connection, protocol, data, source)
         if response is None:
             return False

@@ -121,7 +121,34 @@ def binding_success(transaction: bytes, address: tuple[str, int], key: bytes) ->
     head = (BINDING_SUCCESS.to_bytes(2, "big") + len(value).to_bytes(2, "big") + MAGIC_COOKIE
             + transaction + XOR_MAPPED_ADDRESS.to_bytes(2, "big")
             + len(value).to_bytes(2, "big") + value)
+    return sign(head, key)
+
+
+def sign(head: bytes, key: bytes) -> bytes:
+    """``head`` (a STUN header and its attributes) with MESSAGE-INTEGRITY by ``key`` and a
+    FINGERPRINT appended, as aioice's ``add_message_integrity`` and ``bytes()`` make them."""
     head += MESSAGE_INTEGRITY.to_bytes(2, "big") + b"\x00\x14" + integrity(head, key)
     # (the header's length is set by each of them, and last for the whole message)
     return (_with_length(head, len(head) - HEADER + 8) + FINGERPRINT.to_bytes(2, "big")
             + b"\x00\x04" + fingerprint(head).to_bytes(4, "big"))
+
+
+def with_transaction(message: bytes, transaction: bytes) -> bytes:
+    """``message``'s bytes before MESSAGE-INTEGRITY with ``transaction`` (12 bytes) as its id:
+    a request built once, sent as many checks."""
+    return message[:8] + transaction + message[HEADER:]
+
+
+def signed_by(data: bytes, key: bytes) -> bool:
+    """Of a message ``is_stun`` accepted: it carries a MESSAGE-INTEGRITY by ``key`` (RFC 5389
+    §15.4: over its bytes before that attribute), and a right FINGERPRINT if it has one."""
+    scanned = attributes(data)
+    if scanned is None:
+        return False
+    found, integrity_at, fingerprint_at = scanned
+    if integrity_at < 0:
+        return False
+    if fingerprint_at >= 0 and (int.from_bytes(found[FINGERPRINT], "big")
+                                != fingerprint(data[:fingerprint_at])):
+        return False
+    return hmac.compare_digest(found[MESSAGE_INTEGRITY], integrity(data[:integrity_at], key))

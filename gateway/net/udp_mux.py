@@ -164,8 +164,9 @@ def after_reads(loop: asyncio.AbstractEventLoop, hook: Callable[[], None]) -> No
 #: An endpoint's fast path for datagrams routed by address: True when it took the datagram
 #: (the receiver then never sees it), False to let the receiver have it as usual.
 FastReceive = Callable[[bytes], bool]
-#: An endpoint's answerer of STUN requests routed to it (a connected session's consent checks):
-#: True when it answered the request itself, False to let the receiver have it.
+#: An endpoint's handler of the STUN messages routed to it, from their bytes (a connected
+#: session's: it answers the peer's consent checks and takes the responses to its own): True
+#: when it dealt with the message itself, False to let the receiver have it.
 AnswerStun = Callable[[bytes, Address], bool]
 
 
@@ -181,8 +182,9 @@ class MuxEndpoint(asyncio.DatagramTransport):
         self.closing = False  # (read directly by the compiled send path, per packet)
         #: Set by a connected session (SRTP straight from the read loop); None: the receiver
         self.fast_receive: FastReceive | None = None
-        #: Set by a connected session: answers a plain consent check from its bytes (True: it
-        #: did); None, or False from it: the receiver gets the request
+        #: Set by a connected session: answers a plain consent check, or takes the response to
+        #: one of its own, from the bytes (True: it did); None, or False from it: the receiver
+        #: gets the message
         self.answer_stun: AnswerStun | None = None
 
     # asyncio.DatagramTransport
@@ -367,7 +369,9 @@ class UdpMux:
                 endpoint = self._by_transaction.pop(transaction_id(data), None)
                 if endpoint is not None and not endpoint.is_closing():
                     stats.routed_by_transaction += 1
-                    endpoint.receiver.datagram_received(data, source)
+                    answer = endpoint.answer_stun
+                    if answer is None or not answer(data, source):
+                        endpoint.receiver.datagram_received(data, source)
                     return
                 stats.transaction_misses += 1
         endpoint = self._by_address.get(source)
