@@ -109,3 +109,30 @@ async def test_a_session_closed_before_it_connects_stops_cleanly(gateway):
     await asyncio.wait_for(session.closed.wait(), timeout=5)
     assert "_run_rtcp" not in vars(session.webrtc.pc.getTransceivers()[0].sender)
     await pc.close()
+
+
+async def test_report_times_keep_to_the_grain_so_many_streams_share_a_tick(
+        connect, gateway, monkeypatch):
+    """Every report is due on a multiple of ``REPORT_GRAIN_S`` and runs after its tick's sends:
+    1,000 streams' reports then go in ten batches a second, not one cold visit each."""
+    from gateway.media.ticker import shared_ticker
+    from gateway.webrtc import batch_sender
+
+    ticker = shared_ticker()
+    asked: list[float] = []
+    after_sends = ticker.call_after_sends
+
+    def spy(t, callback):
+        if getattr(callback, "func", None) is batch_sender._report_if_alive:
+            asked.append(t)
+        after_sends(t, callback)
+
+    monkeypatch.setattr(ticker, "call_after_sends", spy)
+    await connect()
+    session = await connected_session(gateway)
+    before = session.webrtc.sink.stats.sender_reports
+    await asyncio.sleep(2.5)
+    assert session.webrtc.sink.stats.sender_reports > before
+    assert len(asked) >= 2
+    grain = batch_sender.REPORT_GRAIN_S
+    assert all(abs(t / grain - round(t / grain)) < 1e-6 for t in asked), asked
