@@ -347,3 +347,56 @@ async def test_a_tick_sent_from_c_is_flushed_by_the_tick_alone(gateway, monkeypa
         assert sum(empty) <= 3  # (an RTCP packet's own backstop, at most; it was one a tick)
     finally:
         await client.close()
+
+
+def test_the_path_checks_come_in_batches_and_reach_every_stream_each_second():
+    """``HeldInC``'s backstop path check: every 100 ms a tenth of the streams, after the tick's
+    packets are flushed -- each stream checked once a second, in ten warm runs, not a few
+    cold checks at the end of every 2.5 ms tick; a stream whose path is gone goes back."""
+    from gateway.webrtc import in_c
+
+    class Clock:
+        now = 100.0
+
+    class Ticker:
+        tick_stamp = (0, 0)
+
+        def clock(self) -> float:
+            return Clock.now
+
+        def call_at(self, t: float, callback: object) -> None:
+            pass
+
+    class Batch:
+        parked = True
+
+        def run_parked(self, *args: object) -> tuple[int, float, None]:
+            return 0, Clock.now + 0.0025, None
+
+    checked: list[tuple[float, int]] = []
+
+    class Stream:
+        def __init__(self, handle: int, valid: bool = True) -> None:
+            self.handle, self.valid, self.back = handle, valid, False
+
+        def path_still_valid(self) -> bool:
+            checked.append((Clock.now, self.handle))
+            return self.valid
+
+        def back_to_tick(self) -> None:
+            self.back = True
+
+    ticker = Ticker()
+    held = HeldInC(ticker)  # type: ignore[arg-type]
+    streams = [Stream(handle, valid=handle != 7) for handle in range(1000)]
+    batch = Batch()
+    for stream in streams:
+        held.add(stream.handle, stream, (batch, None, None))  # type: ignore[arg-type]
+    for _ in range(400):  # one second of 2.5 ms ticks
+        held.end_of_tick()
+        Clock.now += in_c.GRID_S
+    times = sorted({t for t, _ in checked})
+    assert len(times) == 10  # ten batches a second
+    assert all(b - a >= in_c.CHECK_GRAIN_S - 1e-9 for a, b in pairwise(times))
+    assert sorted(handle for _, handle in checked) == list(range(1000))  # each once
+    assert streams[7].back and not any(s.back for s in streams if s.handle != 7)

@@ -17,7 +17,7 @@ import weakref
 from collections import deque
 from typing import Any, Protocol
 
-from gateway.media.ticker import Ticker
+from gateway.media.ticker import GRID_S, Ticker
 from gateway.net import udp_mux
 from gateway.rtp.header import send_stamp
 
@@ -27,8 +27,11 @@ EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's 
 # checked every 400 ticks (1 s): a backstop -- another pair nominated takes it back at once
 # (aiortc_compat.NominatedPairs), and a closed transport or socket is its session's close.
 # Each check is a few cache misses on the stream's aiortc objects: every 100 ms, it was 7 % of
-# the loop at 1,000 streams (docs/density.md, "Speech fed ahead").
+# the loop at 1,000 streams (docs/density.md, "Speech fed ahead"). They run in batches, every
+# ``CHECK_GRAIN_S`` a tenth of the streams, after the tick's packets are out: a warm run of
+# checks, not three cold ones at the end of every tick.
 CHECK_EVERY_TICKS = 400
+CHECK_GRAIN_S = 0.1
 
 
 class Held(Protocol):
@@ -49,7 +52,7 @@ class HeldInC:
     each stream C then asks for records the speech frames C sent, tells their owners and feeds
     more (``sent_from_c``)."""
 
-    __slots__ = ("__weakref__", "batches", "checks", "streams", "ticker")
+    __slots__ = ("__weakref__", "batches", "checks", "next_check", "streams", "ticker")
 
     def __init__(self, ticker: Ticker) -> None:
         self.ticker = weakref.ref(ticker)  # (the registry's key: a strong one would pin it)
@@ -58,6 +61,7 @@ class HeldInC:
         #: handles in the order their path is checked again (``check_some``); a handle no
         #: longer in ``streams`` is dropped when its turn comes
         self.checks: deque[int] = deque()
+        self.next_check = 0.0  # the ticker's time of the next batch of path checks
 
     def add(self, handle: int, stream: Held, in_c: tuple[Any, udp_mux.UdpMux, Any]
             ) -> None:
@@ -77,6 +81,12 @@ class HeldInC:
             self._run()
         finally:  # (whatever failed: the tick's packets leave)
             udp_mux.flush_pending()
+        ticker = self.ticker()
+        if self.batches and ticker is not None:
+            now = ticker.clock()
+            if now >= self.next_check:
+                self.next_check = now + CHECK_GRAIN_S
+                self.check_some()
 
     def _run(self) -> None:
         batches, ticker = self.batches, self.ticker()
@@ -105,14 +115,15 @@ class HeldInC:
                             stream.failed(exc)
             if earliest < math.inf:  # keep the grid ticking for them
                 ticker.call_at(earliest, _keep_ticking)
-            self.check_some()
 
     def check_some(self) -> None:
-        """Check the path of a share of the streams C holds, so each is checked every
-        ``CHECK_EVERY_TICKS`` ticks (1 s): one whose transport closed, socket closed or
-        nominated pair moved goes back to the tick, whose sends handle it."""
+        """Check the path of a share of the streams C holds (run every ``CHECK_GRAIN_S``),
+        so each is checked every ``CHECK_EVERY_TICKS`` ticks of the 2.5 ms grid (1 s): one
+        whose transport closed, socket closed or nominated pair moved goes back to the tick,
+        whose sends handle it."""
         checks, streams = self.checks, self.streams
-        for _ in range(min(len(checks), -(-len(streams) // CHECK_EVERY_TICKS))):
+        share = -(-len(streams) * round(CHECK_GRAIN_S / GRID_S) // CHECK_EVERY_TICKS)
+        for _ in range(min(len(checks), share)):
             handle = checks.popleft()
             stream = streams.get(handle)
             if stream is None:
