@@ -297,3 +297,12 @@ async def test_the_clock_runs_what_falls_due_within_a_grain_at_once(monkeypatch)
     assert fired[0][1] >= grain + 0.024  # (none early)
     await asyncio.sleep(0.15)
     assert [name for name, _ in fired][-1] == "later"
+
+
+def test_the_clock_grain_is_set_within_bounds(monkeypatch):
+    monkeypatch.setattr(consent_module, "CLOCK_GRAIN_S", consent_module.CLOCK_GRAIN_S)
+    aiortc_compat.consent_clock_grain(0.001)
+    assert consent_module.CLOCK_GRAIN_S == 0.001
+    for wrong in (0, -1, 2):
+        with pytest.raises(ValueError):
+            aiortc_compat.consent_clock_grain(wrong)

@@ -128,6 +128,16 @@ def _consent_problems() -> list[str]:
 CLOCK_GRAIN_S = 0.1
 
 
+def consent_clock_grain(seconds: float) -> None:
+    """Round the process's consent times to ``seconds`` (``CLOCK_GRAIN_S``) from now on: the
+    load generator's listeners use 1 ms, so their checks reach the gateway each at its own
+    time, as independent browsers send theirs, not in the ten batches a second of one clock."""
+    global CLOCK_GRAIN_S
+    if not 0 < seconds <= 1:
+        raise ValueError("a consent clock grain is more than 0 and at most 1 s")
+    CLOCK_GRAIN_S = seconds
+
+
 class _Clock:
     """A loop's consent work -- every connection's next check, every check's retransmission
     and deadline -- kept in one heap and run from one timer handle at the earliest due time,
