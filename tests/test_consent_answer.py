@@ -188,7 +188,7 @@ class Recording(consent_module._Clock):
         self.asked: list[tuple[float, object]] = []  # (the delay asked, the item)
 
     def at(self, when: float, item: Any) -> None:
-        self.asked.append((when - self.loop.time(), item))
+        self.asked.append((when - self.time(), item))
         super().at(when, item)
 
 
@@ -306,3 +306,16 @@ def test_the_clock_grain_is_set_within_bounds(monkeypatch):
     for wrong in (0, -1, 2):
         with pytest.raises(ValueError):
             aiortc_compat.consent_clock_grain(wrong)
+
+
+def test_a_loop_gone_is_not_kept_by_its_consent_clock():
+    import gc
+    import weakref
+
+    loop = asyncio.new_event_loop()
+    consent_module._clock(loop).at(loop.time() + 60, consent_module._Clock(loop))  # type: ignore
+    gone = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert gone() is None

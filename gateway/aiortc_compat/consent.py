@@ -144,14 +144,20 @@ class _Clock:
     rounded up to ``CLOCK_GRAIN_S``. An item is anything with ``fire(now)`` and a ``dead``
     flag; a dead one is dropped when it comes due (it holds nothing of its session by then)."""
 
-    __slots__ = ("_heap", "_order", "_timer", "_timer_at", "loop")
+    __slots__ = ("_heap", "_loop", "_order", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # The loop held weakly and no timer handle kept (a handle holds its loop): ``_CLOCKS``
+        # is keyed by the loop, and a value reaching its key would keep every loop alive. A
+        # timer overtaken by an earlier one finds itself stale when it fires (``_run``).
+        self._loop = weakref.ref(loop)
         self._heap: list[tuple[float, int, _Item]] = []
         self._order = itertools.count()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
+        self._timer_at = math.inf  # when the live timer fires
+
+    def time(self) -> float:
+        loop = self._loop()
+        return math.inf if loop is None else loop.time()
 
     def at(self, when: float, item: _Item) -> None:
         when = math.ceil(when / CLOCK_GRAIN_S - 1e-9) * CLOCK_GRAIN_S
@@ -160,15 +166,17 @@ class _Clock:
             self._arm(when)
 
     def _arm(self, when: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = self.loop.call_at(when, self._run)
+        loop = self._loop()
+        if loop is not None:
+            self._timer_at = when
+            loop.call_at(when, self._run, when)
 
-    def _run(self) -> None:
-        self._timer, self._timer_at = None, math.inf
+    def _run(self, armed: float) -> None:
+        if armed != self._timer_at:
+            return  # overtaken: the live timer is an earlier one's
+        self._timer_at = math.inf
         heap = self._heap
-        now = self.loop.time()
+        now = self.time()
         while heap and heap[0][0] <= now + 1e-6:
             item = heapq.heappop(heap)[2]
             if item.dead:
@@ -261,7 +269,7 @@ class _ConsentCheck:
         consent = self._consent
         self.cancel()
         CONSENT.answered += 1
-        now = consent.clock.loop.time()
+        now = consent.clock.time()
         if now - self.sent > aioice.stun.RETRY_RTO:
             CONSENT.answered_late += 1
         consent.fresh_since = max(consent.fresh_since, self.sent)
@@ -289,7 +297,7 @@ class _Consent:
         self.clock = clock
         self.expired = expired
         self.dead = False
-        now = clock.loop.time()
+        now = clock.time()
         self.fresh_since = now  # (connect: a check was answered)
         self.checks: set[_ConsentCheck] = set()
         self._requests: dict[Any, bytes] = {}  # a pair's request, unsigned (its id replaced)
