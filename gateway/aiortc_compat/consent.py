@@ -322,9 +322,9 @@ class _Consent:
                 self.expired.set_result(None)
             self.close()
             return
+        self.clock.at(now + _interval(), self)  # (first: a check that fails loses no more)
         for pair in list(self.connection._nominated.values()):
             _ConsentCheck(self, pair, window).start(now)
-        self.clock.at(now + _interval(), self)
 
     def close(self) -> None:
         """Stop: the checks out are forgotten, the connection let go."""

@@ -64,7 +64,7 @@ FIRST_REPORT_S = 1.0
 REPORT_INTERVAL_S = SessionOptions().rtcp_report_interval_s
 #: Every report time is rounded up to this grain and runs after its tick's sends: 1,000
 #: streams' 200 reports a second go in ten batches on a warm core, not one cold visit each
-#: (docs/density.md, "Consent and reports in batches")
+#: (docs/density.md, "Consent, reports and path checks in batches")
 REPORT_GRAIN_S = 0.1
 EARLY_MIN_WAIT_S = 0.0025  # a first frame this close to its slot just takes the slot
 
