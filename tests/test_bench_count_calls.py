@@ -15,14 +15,14 @@ import pytest
 from bench import count_calls
 
 
-def test_the_counter_counts_the_gateway_process_and_nothing_else(tmp_path):
+def test_the_counter_counts_only_the_process_run_as_the_named_module(tmp_path):
     env = count_calls.environment(tmp_path, every_s=0.2)
     env["COUNT_CALLS_WATCH"] = json.dumps(
         [["gateway.config", "GatewayConfig", "__init__", "a config made"]])
     script = ("import time, gateway.config as c\n"
-              "time.sleep(0.5)\n"
+              "time.sleep(1.0)\n"  # (the counter looks for its modules every 0.2 s)
               "for _ in range(3): c.GatewayConfig()\n"
-              "time.sleep(0.5)\n")
+              "time.sleep(1.0)\n")  # (and writes its totals every 0.2 s here)
     # only the process run as the named module is counted
     other = subprocess.run([sys.executable, "-c", script], env=env, cwd=count_calls.REPO,
                            capture_output=True, text=True, timeout=60, check=False)
