@@ -353,6 +353,7 @@ def test_the_path_checks_come_in_batches_and_reach_every_stream_each_second():
     """``HeldInC``'s backstop path check: every 100 ms a tenth of the streams, after the tick's
     packets are flushed -- each stream checked once a second, in ten warm runs, not a few
     cold checks at the end of every 2.5 ms tick; a stream whose path is gone goes back."""
+    from gateway.media.ticker import GRID_S
     from gateway.webrtc import in_c
 
     class Clock:
@@ -394,7 +395,7 @@ def test_the_path_checks_come_in_batches_and_reach_every_stream_each_second():
         held.add(stream.handle, stream, (batch, None, None))  # type: ignore[arg-type]
     for _ in range(400):  # one second of 2.5 ms ticks
         held.end_of_tick()
-        Clock.now += in_c.GRID_S
+        Clock.now += GRID_S  # (the ticks of the shared grid)
     times = sorted({t for t, _ in checked})
     assert len(times) == 10  # ten batches a second
     assert all(b - a >= in_c.CHECK_GRAIN_S - 1e-9 for a, b in pairwise(times))

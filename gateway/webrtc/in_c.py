@@ -5,7 +5,7 @@ A stream on the compiled path (DTX too) is handed to its C struct (net/sendpath.
 registry runs every compiled batch they are on from the end of each tick, before the tick's
 packets are flushed; visits each stream C asks for (its fed frames low: ``Held.sent_from_c``
 records what C sent and feeds more); keeps the grid ticking for them; and checks each stream's
-path every ``CHECK_EVERY_TICKS`` ticks (docs/density.md, "A stream sent from C", "Speech fed
+path every ``CHECK_EVERY_S`` (docs/density.md, "A stream sent from C", "Speech fed
 ahead").
 """
 
@@ -17,20 +17,20 @@ import weakref
 from collections import deque
 from typing import Any, Protocol
 
-from gateway.media.ticker import GRID_S, Ticker
+from gateway.media.ticker import Ticker
 from gateway.net import udp_mux
 from gateway.rtp.header import send_stamp
 
 MAX_CATCH_UP = 5  # frames one late tick may send for a stream; longer stalls re-anchor (pacer)
 EARLY_S = 0.0005  # how early a slot may be released (PacingClock.release_due's default)
 # A stream held in C has its path (transport connected, socket open, the same nominated pair)
-# checked every 400 ticks (1 s): a backstop -- another pair nominated takes it back at once
+# checked every second: a backstop -- another pair nominated takes it back at once
 # (aiortc_compat.NominatedPairs), and a closed transport or socket is its session's close.
 # Each check is a few cache misses on the stream's aiortc objects: every 100 ms, it was 7 % of
 # the loop at 1,000 streams (docs/density.md, "Speech fed ahead"). They run in batches, every
 # ``CHECK_GRAIN_S`` a tenth of the streams, after the tick's packets are out: a warm run of
 # checks, not three cold ones at the end of every tick.
-CHECK_EVERY_TICKS = 400
+CHECK_EVERY_S = 1.0
 CHECK_GRAIN_S = 0.1
 
 
@@ -118,11 +118,10 @@ class HeldInC:
 
     def check_some(self) -> None:
         """Check the path of a share of the streams C holds (run every ``CHECK_GRAIN_S``),
-        so each is checked every ``CHECK_EVERY_TICKS`` ticks of the 2.5 ms grid (1 s): one
-        whose transport closed, socket closed or nominated pair moved goes back to the tick,
-        whose sends handle it."""
+        so each is checked every ``CHECK_EVERY_S``: one whose transport closed, socket closed
+        or nominated pair moved goes back to the tick, whose sends handle it."""
         checks, streams = self.checks, self.streams
-        share = -(-len(streams) * round(CHECK_GRAIN_S / GRID_S) // CHECK_EVERY_TICKS)
+        share = math.ceil(len(streams) * CHECK_GRAIN_S / CHECK_EVERY_S)
         for _ in range(min(len(checks), share)):
             handle = checks.popleft()
             stream = streams.get(handle)
