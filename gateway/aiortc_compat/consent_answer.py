@@ -25,7 +25,6 @@ checks before its pair is nominated -- goes to aioice as before.
 
 from __future__ import annotations
 
-import hmac
 import weakref
 from typing import Any
 
@@ -95,7 +94,7 @@ def answer(connection: Any, protocol: Any, data: bytes, source: tuple[str, int]
     scanned = stun.attributes(data)
     if scanned is None:
         return None
-    found, integrity_at, fingerprint_at = scanned
+    found, integrity_at, _ = scanned
     if integrity_at < 0 or USE_CANDIDATE in found:
         return None
     ours, theirs = ((ICE_CONTROLLING, ICE_CONTROLLED) if connection.ice_controlling
@@ -112,12 +111,8 @@ def answer(connection: Any, protocol: Any, data: bytes, source: tuple[str, int]
         return None
     if not connection._valid_username(username):
         return None
-    if fingerprint_at >= 0 and (int.from_bytes(found[stun.FINGERPRINT], "big")
-                                != stun.fingerprint(data[:fingerprint_at])):
-        return None
     key = connection.local_password.encode("utf8")
-    if not hmac.compare_digest(found[stun.MESSAGE_INTEGRITY],
-                               stun.integrity(data[:integrity_at], key)):
+    if not stun.scanned_signed_by(data, scanned, key):
         return None
     return stun.binding_success(stun.transaction_id(data), source, key)
 

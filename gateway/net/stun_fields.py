@@ -143,8 +143,12 @@ def signed_by(data: bytes, key: bytes) -> bool:
     """Of a message ``is_stun`` accepted: it carries a MESSAGE-INTEGRITY by ``key`` (RFC 5389
     §15.4: over its bytes before that attribute), and a right FINGERPRINT if it has one."""
     scanned = attributes(data)
-    if scanned is None:
-        return False
+    return scanned is not None and scanned_signed_by(data, scanned, key)
+
+
+def scanned_signed_by(data: bytes, scanned: tuple[dict[int, bytes], int, int], key: bytes
+                      ) -> bool:
+    """``signed_by`` for a message whose ``attributes`` the caller has already."""
     found, integrity_at, fingerprint_at = scanned
     if integrity_at < 0:
         return False
