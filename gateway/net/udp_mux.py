@@ -202,6 +202,12 @@ class MuxEndpoint(asyncio.DatagramTransport):
     def is_closing(self) -> bool:
         return self.closing
 
+    def stun_received(self, data: bytes, source: Address) -> None:
+        """A STUN message routed here: to ``answer_stun`` first, else to the receiver."""
+        answer = self.answer_stun
+        if answer is None or not answer(data, source):
+            self.receiver.datagram_received(data, source)
+
     def close(self) -> None:
         if self.closing:
             return
@@ -360,18 +366,14 @@ class UdpMux:
                 if endpoint is not None:
                     self._bind_address(endpoint, source)
                     stats.routed_by_ufrag += 1
-                    answer = endpoint.answer_stun
-                    if answer is None or not answer(data, source):
-                        endpoint.receiver.datagram_received(data, source)
+                    endpoint.stun_received(data, source)
                     return
                 unknown_ufrag = True
             else:
                 endpoint = self._by_transaction.pop(transaction_id(data), None)
                 if endpoint is not None and not endpoint.is_closing():
                     stats.routed_by_transaction += 1
-                    answer = endpoint.answer_stun
-                    if answer is None or not answer(data, source):
-                        endpoint.receiver.datagram_received(data, source)
+                    endpoint.stun_received(data, source)
                     return
                 stats.transaction_misses += 1
         endpoint = self._by_address.get(source)
