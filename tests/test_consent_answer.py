@@ -319,3 +319,28 @@ def test_a_loop_gone_is_not_kept_by_its_consent_clock():
     del loop
     gc.collect()
     assert gone() is None
+
+
+async def test_the_clock_sweeps_its_dead_before_they_come_due():
+    """A dead item due far ahead (a check's deadline is the whole consent window away) is not
+    kept until then: once the dead are half the heap, it is swept of them."""
+    loop = asyncio.get_running_loop()
+    clock = consent_module._Clock(loop)
+
+    class Item:
+        dead = False
+
+        def fire(self, now: float) -> None:
+            pass
+
+    live = [Item() for _ in range(10)]
+    for item in live:
+        clock.at(loop.time() + 3600, item)
+    dying = [Item() for _ in range(4 * consent_module.SWEEP_AFTER)]
+    for item in dying:
+        clock.at(loop.time() + 3600, item)
+    for item in dying:
+        item.dead = True
+        clock.forget()
+    assert len(clock._heap) <= len(live) + consent_module.SWEEP_AFTER + 1
+    assert {entry[2] for entry in clock._heap} >= set(live)  # the live ones all kept

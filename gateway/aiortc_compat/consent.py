@@ -126,6 +126,7 @@ def _consent_problems() -> list[str]:
 #: 1,000 sessions (200 a second) go out in ten batches a second from one timer, each on a warm
 #: core, instead of one loop wake-up each (aioice: a task per session, a wake-up per check).
 CLOCK_GRAIN_S = 0.1
+SWEEP_AFTER = 64  # dead items the clock's heap may hold before a sweep (``_Clock.forget``)
 
 
 def consent_clock_grain(seconds: float) -> None:
@@ -144,7 +145,7 @@ class _Clock:
     rounded up to ``CLOCK_GRAIN_S``. An item is anything with ``fire(now)`` and a ``dead``
     flag; a dead one is dropped when it comes due (it holds nothing of its session by then)."""
 
-    __slots__ = ("_heap", "_loop", "_order", "_timer_at")
+    __slots__ = ("_dead", "_heap", "_loop", "_order", "_timer_at")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         # The loop held weakly and no timer handle kept (a handle holds its loop): ``_CLOCKS``
@@ -154,6 +155,7 @@ class _Clock:
         self._heap: list[tuple[float, int, _Item]] = []
         self._order = itertools.count()
         self._timer_at = math.inf  # when the live timer fires
+        self._dead = 0  # items that died since the heap was last swept (about: ``forget``)
 
     def time(self) -> float:
         loop = self._loop()
@@ -164,6 +166,18 @@ class _Clock:
         heapq.heappush(self._heap, (when, next(self._order), item))
         if when < self._timer_at:
             self._arm(when)
+
+    def forget(self) -> None:
+        """An item died. Once the dead are at least half the heap (and more than
+        ``SWEEP_AFTER``), the heap is swept of them, as asyncio sweeps cancelled timer
+        handles: a dead item is otherwise kept until it comes due, and a check's deadline is
+        the whole consent window away. (Counted from above: an item may die just after it
+        was popped.)"""
+        self._dead += 1
+        if self._dead > SWEEP_AFTER and 2 * self._dead >= len(self._heap):
+            self._heap = [entry for entry in self._heap if not entry[2].dead]
+            heapq.heapify(self._heap)
+            self._dead = 0
 
     def _arm(self, when: float) -> None:
         loop = self._loop()
@@ -180,6 +194,7 @@ class _Clock:
         while heap and heap[0][0] <= now + 1e-6:
             item = heapq.heappop(heap)[2]
             if item.dead:
+                self._dead = max(0, self._dead - 1)
                 continue
             try:
                 item.fire(now)
@@ -281,6 +296,7 @@ class _ConsentCheck:
         self.dead = True
         self.pair.protocol.transactions.pop(self._txid, None)
         self._consent.checks.discard(self)
+        self._consent.clock.forget()
         self.pair = None  # (the clock's entry must not keep a closed session's objects)
 
 
@@ -328,6 +344,8 @@ class _Consent:
 
     def close(self) -> None:
         """Stop: the checks out are forgotten, the connection let go."""
+        if not self.dead:
+            self.clock.forget()
         self.dead = True
         for check in list(self.checks):
             check.cancel()
