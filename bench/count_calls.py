@@ -36,7 +36,7 @@ SITE = Path(__file__).resolve().parent / "count_calls_site"
 
 #: (module, class, method, label); the labels starting "C " are the compiled calls
 WATCH: list[tuple[str, str, str, str]] = [
-    ("gateway.net.sendpath", "CompiledBatch", "flush", "C flush (sendmmsg)"),
+    ("gateway.net.udp_mux", "UdpMux", "_flush_compiled", "C flush (sendmmsg)"),
     ("gateway.net.sendpath", "CompiledBatch", "run_parked", "C run_parked"),
     ("gateway.media.ticker", "Ticker", "_fire_due", "a fire"),
     ("gateway.media.ticker", "Ticker", "fire_if_due", "a fire run from a read"),

@@ -86,6 +86,23 @@ def test_a_plain_consent_check_is_answered_as_aioice_would():
                   PEER) is not None
 
 
+def test_a_message_is_scanned_once_and_a_changed_buffer_again():
+    """The mux reads a request's USERNAME, then the answerer the rest: the second scan of the
+    same ``bytes`` is the first's; a ``bytearray`` (which can change) is scanned every time."""
+    connection, _ = connected()
+    data = request(connection)
+    first = stun_fields.attributes(data)
+    assert first is not None and stun_fields.attributes(data) is first
+    assert stun_fields.attributes(bytes(bytearray(data))) == first  # equal: scanned afresh
+    buffer = bytearray(data)
+    assert stun_fields.attributes(buffer) == first
+    at = data.index(stun_fields.USERNAME.to_bytes(2, "big")) + 4
+    buffer[at] ^= 0x20  # the USERNAME's first letter's case
+    assert stun_fields.attributes(buffer)[0][stun_fields.USERNAME] != first[0][
+        stun_fields.USERNAME]
+    assert stun_fields.attributes(data) == first
+
+
 def tampered(data: bytes) -> bytes:
     """The PRIORITY's last byte changed: the integrity and the fingerprint no longer match."""
     at = data.index((0x0024).to_bytes(2, "big")) + 7

@@ -87,6 +87,7 @@ class Ticker:
         self.poll_sockets = poll_sockets or pack_below > 0
         self.poll_window = period * (PACK_TICKS if pack_below > 0 else 1)
         self.polling = False  # the shared sockets are read by the fires now
+        self._endpoints_seen = -1  # ``udp_mux.ENDPOINTS.version`` when packing was decided
 
     def now(self) -> float:
         return self._clock()
@@ -240,20 +241,22 @@ class Ticker:
         packs reads at its fires only while it packs. A dense one, woken every tick anyway,
         reads between them: its listeners' NACKs (a thousand a second at 2 % loss) answered
         at the start of a fire delayed that fire's sends (measured: docs/density.md)."""
-        loop = self._loop or asyncio.get_running_loop()
-        if self.pack_below:
+        if self.pack_below and self._endpoints_seen != udp_mux.ENDPOINTS.version:
             # the packed ticks took the first pack_below streams: half each, as many as every
             # other tick holds once pack_below * PACK_TICKS are served, so until then new
-            # streams fill the others (a dense gateway's ticks even: small bursts)
-            sessions = udp_mux.sessions(loop)
+            # streams fill the others (a dense gateway's ticks even: small bursts); counted
+            # again only when a session came or went (a thousand fires a second otherwise)
+            self._endpoints_seen = udp_mux.ENDPOINTS.version
+            sessions = udp_mux.sessions(self._loop or asyncio.get_running_loop())
             self.packing = sessions < self.pack_below
             self.filling = not self.packing and sessions < self.pack_below * PACK_TICKS
         heap = self._heap
         polling = bool(heap) and (not self.pack_below or self.packing) and (
-            self.time_of(heap[0]) - self._clock() <= self.poll_window + FIRE_SLACK_S + EPSILON)
+            self._origin + heap[0] * self.period - self._clock()
+            <= self.poll_window + FIRE_SLACK_S + EPSILON)
         if polling != self.polling:
             self.polling = polling
-            udp_mux.poll_sockets(loop, polling)
+            udp_mux.poll_sockets(self._loop or asyncio.get_running_loop(), polling)
 
     def _fire_due(self) -> None:
         """Every tick due now (within ``FIRE_SLACK_S``), their hooks, then what was deferred."""
@@ -263,7 +266,8 @@ class Ticker:
         heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
         deferred: list[Callable[[], None]] = []
         try:
-            while heap and self.time_of(heap[0]) <= now + EPSILON + FIRE_SLACK_S:
+            origin, period, until = self._origin, self.period, now + EPSILON + FIRE_SLACK_S
+            while heap and origin + heap[0] * period <= until:
                 tick = heapq.heappop(heap)
                 # out of every table before anything runs: a callback may add to this tick
                 waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())

@@ -64,11 +64,40 @@ FINGERPRINT = 0x8028
 FINGERPRINT_XOR = 0x5354554E
 
 
-def attributes(data: bytes) -> tuple[dict[int, bytes], int, int] | None:
+Scanned = tuple[dict[int, bytes], int, int]
+
+
+class _LastScan:
+    """The last message ``attributes`` scanned and what it found: the mux scans a request for
+    its USERNAME, then its answerer for the rest (the message held, so ``is`` is its id; only
+    ``bytes``, which cannot change)."""
+
+    __slots__ = ("data", "scanned")
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+        self.scanned: Scanned | None = None
+
+
+_LAST = _LastScan()
+
+
+def attributes(data: bytes) -> Scanned | None:
     """Of a message ``is_stun`` accepted: its attributes by type (the first of each; after
     MESSAGE-INTEGRITY only FINGERPRINT, as RFC 8489 §14.5 and aioice's ``parse_message``
     read them), where MESSAGE-INTEGRITY and FINGERPRINT start (-1: absent); None when an
-    attribute runs past the end."""
+    attribute runs past the end. The result is shared (the last message's, scanned once):
+    read it, do not change it."""
+    last = _LAST
+    if data is last.data:
+        return last.scanned
+    scanned = _scan(data)
+    if type(data) is bytes:  # (immutable: the same object, the same attributes)
+        last.data, last.scanned = data, scanned
+    return scanned
+
+
+def _scan(data: bytes) -> Scanned | None:
     found: dict[int, bytes] = {}
     integrity_at = fingerprint_at = -1
     pos, end = HEADER, len(data)
@@ -146,8 +175,7 @@ def signed_by(data: bytes, key: bytes) -> bool:
     return scanned is not None and scanned_signed_by(data, scanned, key)
 
 
-def scanned_signed_by(data: bytes, scanned: tuple[dict[int, bytes], int, int], key: bytes
-                      ) -> bool:
+def scanned_signed_by(data: bytes, scanned: Scanned, key: bytes) -> bool:
     """``signed_by`` for a message whose ``attributes`` the caller has already."""
     found, integrity_at, fingerprint_at = scanned
     if integrity_at < 0:

@@ -131,16 +131,29 @@ def poll_sockets(loop: asyncio.AbstractEventLoop, polled: bool) -> None:
         mux.set_polled(polled)
 
 
+class _Endpoints:
+    """Bumped whenever a shared socket gains or loses an endpoint (a session): the shared
+    ticker counts its loop's sessions again (``sessions``) only then, not at every fire."""
+
+    __slots__ = ("version",)
+
+    def __init__(self) -> None:
+        self.version = 0
+
+
+ENDPOINTS = _Endpoints()
+
+
 def sessions(loop: asyncio.AbstractEventLoop) -> int:
     """The sessions the loop's shared sockets serve (the shared ticker packs below a number)."""
-    return sum(mux.stats.endpoints for mux in tuple(_BY_LOOP.get(loop, ())))
+    return sum(mux._stats.endpoints for mux in tuple(_BY_LOOP.get(loop, ())))
 
 
 def read_polled(loop: asyncio.AbstractEventLoop) -> None:
     """Read the loop's polled shared sockets dry (``poll_sockets``)."""
     for mux in tuple(_BY_LOOP.get(loop, ())):
         if mux.polled:
-            mux.stats.polled_reads += 1
+            mux._stats.polled_reads += 1
             mux._on_readable(False)
 
 
@@ -248,7 +261,7 @@ class UdpMux:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.stats = MuxStats()
+        self._stats = MuxStats()
         self.local_address: Address = ("", 0)
         self._sock: socket.socket | None = None
         self._by_ufrag: dict[str, MuxEndpoint] = {}
@@ -261,10 +274,19 @@ class UdpMux:
         self.use_sendmmsg = True
         #: The compiled send path's staging arena (None: the Python path)
         self.compiled_batch: sendpath.CompiledBatch | None = None
-        self._compiled_seen = (0, 0, 0, 0)  # its counters at the last flush (calls, sent, ...)
+        self._compiled_seen = (0, 0, 0, 0)  # its counters at the last take (calls, sent, ...)
         self._after_reads: Callable[[], None] | None = None  # (``after_reads``: its loop's)
         self._after_version = -1
         self.polled = False  # off the selector: read by the shared ticker's fires
+
+    @property
+    def stats(self) -> MuxStats:
+        """The socket's counters, with what the compiled send path counted taken first: its
+        flushes (one a tick) only send, and its counters are read here, when asked for."""
+        compiled = self.compiled_batch
+        if compiled is not None:
+            self._take_compiled(compiled)
+        return self._stats
 
     @classmethod
     async def bind(
@@ -300,6 +322,7 @@ class UdpMux:
                                                         trailer)
         loop.add_reader(sock.fileno(), mux._on_readable)
         _BY_LOOP.setdefault(loop, weakref.WeakSet()).add(mux)
+        ENDPOINTS.version += 1
         mux.set_polled(loop in _POLLED)
         return mux
 
@@ -337,7 +360,7 @@ class UdpMux:
                         log.exception("udp mux: the after-reads hook failed")
                 return
             except OSError as exc:  # an ICMP error reported on the socket: read on
-                self.stats.read_errors += 1
+                self._stats.read_errors += 1
                 log.debug("udp mux %s: %s", self.local_address, exc)
                 continue
             try:
@@ -352,7 +375,7 @@ class UdpMux:
 
     def datagram_received(self, data: bytes, addr: tuple[Any, ...]) -> None:
         source: Address = (addr[0], addr[1])
-        stats = self.stats
+        stats = self._stats
         stats.received += 1
         if not data:  # nothing's: aiortc's DTLS task reads data[0] and would end the session
             stats.dropped_empty += 1
@@ -401,7 +424,8 @@ class UdpMux:
             raise ValueError(f"ufrag {ufrag!r} is already served by this socket")
         endpoint = MuxEndpoint(self, receiver, ufrag)
         self._by_ufrag[ufrag] = endpoint
-        self.stats.endpoints += 1
+        self._stats.endpoints += 1
+        ENDPOINTS.version += 1
         return endpoint
 
     def add_ufrag(self, endpoint: MuxEndpoint, ufrag: str) -> None:
@@ -429,23 +453,24 @@ class UdpMux:
             if self._by_address.get(address) is endpoint:
                 del self._by_address[address]
                 self._names.pop(address, None)
-        self.stats.addresses -= len(endpoint.addresses)
+        self._stats.addresses -= len(endpoint.addresses)
         endpoint.addresses.clear()
-        self.stats.endpoints -= 1
+        self._stats.endpoints -= 1
+        ENDPOINTS.version += 1
 
     def _bind_address(self, endpoint: MuxEndpoint, address: Address) -> None:
         owner = self._by_address.get(address)
         if owner is endpoint:
             return
         if len(endpoint.addresses) >= MAX_ADDRESSES_PER_ENDPOINT:
-            self.stats.refused_addresses += 1
+            self._stats.refused_addresses += 1
             return
         if owner is not None:  # the address now checks another session: it moved there
             owner.addresses.discard(address)
-            self.stats.addresses -= 1
+            self._stats.addresses -= 1
         self._by_address[address] = endpoint
         endpoint.addresses.add(address)
-        self.stats.addresses += 1
+        self._stats.addresses += 1
 
     @property
     def entries(self) -> dict[str, int]:
@@ -460,18 +485,18 @@ class UdpMux:
             table[transaction_id(data)] = endpoint
             if len(table) > MAX_TRANSACTIONS:
                 table.popitem(last=False)
-        self.stats.sent += 1
+        self._stats.sent += 1
         self._sendto(data, addr)
 
     def _sendto(self, data: bytes, addr: Address) -> None:
         sock = self._sock
         if sock is None:
-            self.stats.send_failed += 1
+            self._stats.send_failed += 1
             return
         try:
             sock.sendto(data, addr)
         except OSError:  # a full socket buffer (UDP: dropped), an unreachable address
-            self.stats.send_failed += 1
+            self._stats.send_failed += 1
 
     def queue(self, data: bytes, addr: Address) -> None:
         """Send ``data`` with the rest of the batch: at the end of the shared ticker's tick
@@ -499,13 +524,16 @@ class UdpMux:
         if self._sock is None:
             compiled.discard()
             return
-        compiled.flush()
+        compiled.flush_c(compiled.ptr)  # (its counters are taken when ``stats`` is read)
+
+    def _take_compiled(self, compiled: sendpath.CompiledBatch) -> None:
+        """Add what the compiled batch counted since the last take to the counters."""
         c = compiled.counters()
         calls, sent, failed, batches = self._compiled_seen
         self._compiled_seen = (c["calls"], c["sent"], c["failed"] + c["skipped"], c["batches"])
         new_sent = c["sent"] - sent
         new_failed = c["failed"] + c["skipped"] - failed
-        stats = self.stats
+        stats = self._stats
         stats.sent += new_sent + new_failed
         stats.compiled_sent += new_sent
         stats.batches += c["batches"] - batches
@@ -524,9 +552,9 @@ class UdpMux:
             return
         self._batch, self._batch_addresses = [], []
         n = len(batch)
-        self.stats.sent += n
-        self.stats.batches += 1
-        self.stats.batched += n
+        self._stats.sent += n
+        self._stats.batches += 1
+        self._stats.batched += n
         sent = 0
         batch_socket = self._batch_socket
         if batch_socket is not None and self._sock is not None:
@@ -542,10 +570,10 @@ class UdpMux:
             if len(resolved) == n:
                 calls, skipped = batch_socket.calls, batch_socket.skipped
                 sent = batch_socket.send(batch, resolved)
-                self.stats.sendmmsg_calls += batch_socket.calls - calls
-                self.stats.send_failed += batch_socket.skipped - skipped
+                self._stats.sendmmsg_calls += batch_socket.calls - calls
+                self._stats.send_failed += batch_socket.skipped - skipped
                 if sent < n:
-                    self.stats.sendmmsg_partial += 1
+                    self._stats.sendmmsg_partial += 1
         sendto = self._sendto
         for i in range(sent, n):  # no sendmmsg, or it stopped short: one by one
             sendto(batch[i], addresses[i])

@@ -77,21 +77,22 @@ class HeldInC:
             self.batches.pop(batch, None)
 
     def end_of_tick(self) -> None:
+        ticker = self.ticker()
+        if ticker is None or not self.batches:
+            udp_mux.flush_pending()
+            return
+        now = ticker.clock()
         try:
-            self._run()
+            self._run(ticker, now)
         finally:  # (whatever failed: the tick's packets leave)
             udp_mux.flush_pending()
-        ticker = self.ticker()
-        if self.batches and ticker is not None:
-            now = ticker.clock()
-            if now >= self.next_check:
-                self.next_check = now + CHECK_GRAIN_S
-                self.check_some()
+        if now >= self.next_check:
+            self.next_check = now + CHECK_GRAIN_S
+            self.check_some()
 
-    def _run(self) -> None:
-        batches, ticker = self.batches, self.ticker()
-        if batches and ticker is not None:
-            now = ticker.clock()
+    def _run(self, ticker: Ticker, now: float) -> None:
+        batches = self.batches
+        if batches:
             stamp = ticker.tick_stamp or send_stamp()
             earliest = math.inf
             streams = self.streams

@@ -110,6 +110,31 @@ async def test_packing_stops_at_pack_below_sessions_and_resumes_below(mux):
         stop()
 
 
+async def test_sessions_are_counted_again_only_when_one_comes_or_goes(mux, monkeypatch):
+    """A fire decides packing from the loop's sessions; it counts them (every shared socket's
+    endpoints) only after an endpoint was attached or detached, not at every fire."""
+    counted = []
+    real = udp_mux.sessions
+    monkeypatch.setattr(udp_mux, "sessions", lambda loop: counted.append(1) or real(loop))
+    ticker = Ticker(GRID_S, loop=asyncio.get_running_loop(), pack_below=2)
+    stop = every(ticker, 0, 1)
+    try:
+        first = mux.attach(Receiver(), "ufrag-1")
+        await wait_for(lambda: ticker.fired >= 2)
+        before, fired = len(counted), ticker.fired
+        await wait_for(lambda: ticker.fired >= fired + 10)
+        assert len(counted) == before == 1 and ticker.packing
+        second = mux.attach(Receiver(), "ufrag-2")
+        await wait_for(lambda: not ticker.packing)  # counted again: two, not below two
+        assert len(counted) == 2
+        mux.detach(second)
+        await wait_for(lambda: ticker.packing)
+        assert len(counted) == 3
+        mux.detach(first)
+    finally:
+        stop()
+
+
 async def test_two_packed_phases_read_the_socket_at_their_fires(mux):
     """Slots on ticks 0 and 4 of every 8 (fires 10 ms apart): the socket is read by the fires
     only; one phase alone (fires 20 ms apart): read the moment a datagram comes."""
