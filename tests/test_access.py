@@ -189,6 +189,50 @@ async def test_a_signal_drains_and_exits_zero_a_second_exits_at_once(signum):
         proc.kill()
 
 
+async def test_shutdown_closes_an_idle_text_socket_with_1001_and_exits_promptly():
+    """An ElevenLabs stream-input socket is no session: the drain does not end it, and LiveKit
+    keeps one open for up to 300 s. At the shutdown it is closed as going away (1001), and the
+    gateway exits once its drain is over, not when aiohttp's shutdown gives up (60 s)."""
+    port = free_port()
+    proc = _start(port, "--drain-timeout", "1")
+    try:
+        await _healthy(port)
+        async with aiohttp.ClientSession() as http:
+            ws = await http.ws_connect(f"http://127.0.0.1:{port}/v1/text-to-speech/tone/"
+                                       "stream-input?inactivity_timeout=300")
+            await ws.send_json({"text": " "})
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            message = await asyncio.wait_for(ws.receive(), 20)
+            assert message.type == aiohttp.WSMsgType.CLOSE and ws.close_code == 1001
+            assert await asyncio.to_thread(proc.wait, 20) == 0
+            assert time.monotonic() - started < 15
+    finally:
+        proc.kill()
+
+
+async def test_a_request_in_flight_gets_the_drain_allowance_at_shutdown():
+    """A request whose body is still coming when the gateway stops (here: half a speech
+    request's body, then nothing) is cancelled once the drain's allowance (``--drain-timeout``)
+    has passed, not after aiohttp's 60 s or the body's idle timeout (30 s)."""
+    port = free_port()
+    proc = _start(port, "--drain-timeout", "1")
+    try:
+        await _healthy(port)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"input\"")
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the handler is waiting for the body (a process: no event)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 25) == 0
+        assert time.monotonic() - started < 10
+        writer.close()
+    finally:
+        proc.kill()
+
+
 async def test_configured_ice_servers_are_links_on_the_201(start_gateway):
     gateway = await start_gateway(ice_servers=("turn:127.0.0.1:3478",), turn_username="u",
                                   turn_credential="p")

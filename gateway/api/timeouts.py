@@ -61,19 +61,26 @@ class ConnectionLimits:
     #: open connections per peer address (0: no cap). The benches open ≤ 1,000 from 127.0.0.1.
     max_per_ip: int = 1024
     trusted_proxies: tuple[str, ...] = ()  # addresses/networks not capped (X-Forwarded-For)
+    #: after the drain, how long a request still in flight (an HTTP speech stream, a proxied
+    #: socket) may run before its handler is cancelled: the drain's own allowance
+    #: (``--drain-timeout``), not aiohttp's 60 s, which outlived a supervisor's kill of its
+    #: workers (drain + 15 s) and a test's patience (40 s: tests/test_cluster.py)
+    shutdown_timeout_s: float = 30.0
 
 
 def connection_limits(config: GatewayConfig) -> ConnectionLimits:
     return ConnectionLimits(
         header_timeout_s=config.header_timeout_s, body_idle_timeout_s=config.body_idle_timeout_s,
         keepalive_timeout_s=config.keepalive_timeout_s, max_per_ip=config.max_connections_per_ip,
-        trusted_proxies=config.trusted_proxies,
+        trusted_proxies=config.trusted_proxies, shutdown_timeout_s=config.drain_timeout_s,
     )
 
 
 def serve_options(limits: ConnectionLimits) -> dict[str, Any]:
-    """The ``AppRunner`` keyword arguments these limits need (aiohttp's own keep-alive)."""
-    return {"keepalive_timeout": limits.keepalive_timeout_s}
+    """The ``AppRunner`` keyword arguments these limits need (aiohttp's own keep-alive, and
+    how long its shutdown waits for requests in flight)."""
+    return {"keepalive_timeout": limits.keepalive_timeout_s,
+            "shutdown_timeout": limits.shutdown_timeout_s}
 
 
 def check_aiohttp_internals() -> list[str]:

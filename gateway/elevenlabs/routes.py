@@ -22,7 +22,13 @@ from aiohttp import web
 
 from gateway.elevenlabs import http
 from gateway.elevenlabs.formats import OutputFormat, parse_output_format
-from gateway.elevenlabs.socket import SocketLimits, SocketStats, inactivity, serve_socket
+from gateway.elevenlabs.socket import (
+    SocketLimits,
+    SocketStats,
+    close_all,
+    inactivity,
+    serve_socket,
+)
 from gateway.elevenlabs.voices import resolve_voice, voice_list
 from gateway.tts.base import Synthesizer
 from gateway.tts.registry import VoiceRegistry
@@ -165,3 +171,8 @@ def add_routes(app: web.Application, voices_: VoiceRegistry, max_text_chars: int
         ):
             app.router.add_route(method, path, _answers_errors(handler))
     app.router.add_get("/v1/elevenlabs/voices", voices)
+
+    async def close_sockets(app: web.Application) -> None:
+        await close_all(app[ELEVENLABS].stats)
+
+    app.on_shutdown.append(close_sockets)

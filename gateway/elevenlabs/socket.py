@@ -66,9 +66,19 @@ class SocketStats:
 
     sockets: int = 0
     contexts: set[SpeechContext] = field(default_factory=set)
+    #: the sockets open now (``close_all`` at the gateway's shutdown)
+    open: set[web.WebSocketResponse] = field(default_factory=set)
     opened: int = 0  # sockets ever accepted
     peak_contexts: int = 0  # the most contexts open at once on one socket
     aborted: int = 0  # contexts stopped mid-way because their socket closed
+
+
+async def close_all(stats: SocketStats) -> None:
+    """The gateway is shutting down (after its sessions' drain): every open socket is closed
+    with 1001 (going away), as a client's reconnect logic expects, instead of being held open
+    until the server's shutdown gives up and cancels its handler."""
+    await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down")
+                           for ws in list(stats.open)), return_exceptions=True)
 
 
 def inactivity(value: str | None) -> float:
@@ -209,6 +219,7 @@ async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputForm
     sock = ContextSocket(ws, voice, fmt, limits, stats, multi)
     stats.sockets += 1
     stats.opened += 1
+    stats.open.add(ws)
     rate = MessageRate(limits.messages_per_s, 2 * limits.messages_per_s)
     try:
         while not ws.closed:
@@ -237,6 +248,7 @@ async def serve_socket(request: web.Request, voice: Synthesizer, fmt: OutputForm
         log.info("elevenlabs socket ended by the client: %r", exc)
     finally:
         stats.sockets -= 1
+        stats.open.discard(ws)
         await sock.abort()
         if not ws.closed:
             await ws.close()
