@@ -136,3 +136,24 @@ async def test_report_times_keep_to_the_grain_so_many_streams_share_a_tick(
     assert len(asked) >= 2
     grain = batch_sender.REPORT_GRAIN_S
     assert all(abs(t / grain - round(t / grain)) < 1e-6 for t in asked), asked
+
+
+async def test_the_report_is_aiortcs_byte_for_byte(connect, gateway):
+    """``sender_report`` packs the SR itself and serialises the SDES once a sender: the bytes
+    are aiortc's packet objects', counters past 32 bits and a CNAME changed or gone too."""
+    await connect()
+    session = await connected_session(gateway)
+    sender = session.webrtc.pc.getTransceivers()[0].sender
+    p = "_RTCRtpSender__"
+    cases = [(0, 0, 0, 0), (0xFEDCBA9876543210, 0xFFFFFFFF, (1 << 40) + 7, (1 << 33) + 5),
+             (1 << 63, 12345, 0xFFFFFFFF, 0)]
+    for cname in (getattr(sender, p + "cname"), "other-cname", None):
+        setattr(sender, p + "cname", cname)
+        for ntp, ts, packets, octets in cases:
+            for name, value in (("ntp_timestamp", ntp), ("rtp_timestamp", ts),
+                                ("packet_count", packets), ("octet_count", octets)):
+                setattr(sender, p + name, value)
+            expected = aiortc_compat.aiortc_sender_report(sender)
+            assert aiortc_compat.sender_report(sender) == expected
+            assert getattr(sender, p + "lsr") == (ntp >> 16) & 0xFFFFFFFF
+            assert (len(expected) == 28) == (cname is None)  # the SR alone: no SDES

@@ -124,6 +124,7 @@ from gateway.aiortc_compat.ice import (
 from gateway.aiortc_compat.memory import _memory_problems, lazy_events, share_certificate  # noqa: F401
 from gateway.aiortc_compat.reports import (  # noqa: F401
     _report_problems,
+    aiortc_sender_report,
     park_sender_reports,
     sender_report,
     unpark_sender_reports,
