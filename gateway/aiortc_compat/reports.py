@@ -108,8 +108,7 @@ def sender_report(sender: RTCRtpSender) -> bytes:
         return report
     cached = getattr(sender, _SDES, None)
     if cached is None or cached[0] != ssrc or cached[1] != cname:
-        cached = (ssrc, cname, bytes(RtcpSdesPacket(chunks=[
-            RtcpSourceInfo(ssrc=ssrc, items=[(1, cname.encode("utf8"))])])))
+        cached = (ssrc, cname, bytes(_sdes(ssrc, cname)))
         setattr(sender, _SDES, cached)
     return report + cached[2]
 
@@ -125,10 +124,13 @@ def aiortc_sender_report(sender: RTCRtpSender) -> bytes:
     ))]
     cname = getattr(sender, _P + "cname")
     if cname is not None:
-        packets.append(RtcpSdesPacket(chunks=[
-            RtcpSourceInfo(ssrc=sender._ssrc, items=[(1, cname.encode("utf8"))])
-        ]))
+        packets.append(_sdes(sender._ssrc, cname))
     return b"".join(bytes(p) for p in packets)
+
+
+def _sdes(ssrc: int, cname: str) -> RtcpSdesPacket:
+    """aiortc's SDES packet with the CNAME, as its RTCP loop makes it."""
+    return RtcpSdesPacket(chunks=[RtcpSourceInfo(ssrc=ssrc, items=[(1, cname.encode("utf8"))])])
 
 
 def unpark_sender_reports(sender: RTCRtpSender) -> None:

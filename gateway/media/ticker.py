@@ -252,8 +252,7 @@ class Ticker:
             self.filling = not self.packing and sessions < self.pack_below * PACK_TICKS
         heap = self._heap
         polling = bool(heap) and (not self.pack_below or self.packing) and (
-            self._origin + heap[0] * self.period - self._clock()
-            <= self.poll_window + FIRE_SLACK_S + EPSILON)
+            self.time_of(heap[0]) - self._clock() <= self.poll_window + FIRE_SLACK_S + EPSILON)
         if polling != self.polling:
             self.polling = polling
             udp_mux.poll_sockets(self._loop or asyncio.get_running_loop(), polling)
@@ -266,8 +265,7 @@ class Ticker:
         heap, buckets, calls, later = self._heap, self._buckets, self._calls, self._later
         deferred: list[Callable[[], None]] = []
         try:
-            origin, period, until = self._origin, self.period, now + EPSILON + FIRE_SLACK_S
-            while heap and origin + heap[0] * period <= until:
+            while heap and self.time_of(heap[0]) <= now + EPSILON + FIRE_SLACK_S:
                 tick = heapq.heappop(heap)
                 # out of every table before anything runs: a callback may add to this tick
                 waiters, due = buckets.pop(tick, ()), calls.pop(tick, ())

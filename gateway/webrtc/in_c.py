@@ -91,31 +91,30 @@ class HeldInC:
             self.check_some()
 
     def _run(self, ticker: Ticker, now: float) -> None:
-        batches = self.batches
-        if batches:
-            stamp = ticker.tick_stamp or send_stamp()
-            earliest = math.inf
-            streams = self.streams
-            for batch, mux in tuple(batches.items()):
-                staged, due, consumed = batch.run_parked(  # type: ignore[attr-defined]
-                    now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
-                )
-                if staged:
-                    mux.staged(flushed_by_caller=True)  # (end_of_tick flushes: no call_soon)
-                if due < earliest:
-                    earliest = due
-                if consumed is not None:
-                    # (a copy: a stream taken back meanwhile may move C's array)
-                    for handle in consumed.tolist():
-                        stream = streams.get(handle)
-                        if stream is None:
-                            continue  # taken back meanwhile: what C sent was recorded then
-                        try:
-                            stream.sent_from_c(now)
-                        except Exception as exc:  # that stream's; the others go on
-                            stream.failed(exc)
-            if earliest < math.inf:  # keep the grid ticking for them
-                ticker.call_at(earliest, _keep_ticking)
+        """The tick's run of every batch (``end_of_tick``: there are some)."""
+        stamp = ticker.tick_stamp or send_stamp()
+        earliest = math.inf
+        streams = self.streams
+        for batch, mux in tuple(self.batches.items()):
+            staged, due, consumed = batch.run_parked(  # type: ignore[attr-defined]
+                now, stamp[0], stamp[1], EARLY_S, MAX_CATCH_UP
+            )
+            if staged:
+                mux.staged(flushed_by_caller=True)  # (end_of_tick flushes: no call_soon)
+            if due < earliest:
+                earliest = due
+            if consumed is not None:
+                # (a copy: a stream taken back meanwhile may move C's array)
+                for handle in consumed.tolist():
+                    stream = streams.get(handle)
+                    if stream is None:
+                        continue  # taken back meanwhile: what C sent was recorded then
+                    try:
+                        stream.sent_from_c(now)
+                    except Exception as exc:  # that stream's; the others go on
+                        stream.failed(exc)
+        if earliest < math.inf:  # keep the grid ticking for them
+            ticker.call_at(earliest, _keep_ticking)
 
     def check_some(self) -> None:
         """Check the path of a share of the streams C holds (run every ``CHECK_GRAIN_S``),
